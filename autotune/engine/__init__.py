@@ -1,0 +1,41 @@
+"""The Engine interface and its backends: ``vllm`` (real engines) and ``replay`` (recorded sweeps).
+
+Backends are imported by name through :func:`create_engine`, so importing this package does not
+import vllm.
+"""
+
+from __future__ import annotations
+
+from autotune.engine._base import (
+    Engine,
+    EngineConfig,
+    EngineInfo,
+    Measurement,
+    MeasureSettings,
+    PreparedWorkload,
+    Prompt,
+)
+
+__all__ = [
+    "Engine",
+    "EngineConfig",
+    "EngineInfo",
+    "MeasureSettings",
+    "Measurement",
+    "PreparedWorkload",
+    "Prompt",
+    "create_engine",
+]
+
+
+def create_engine(kind: str, **options: object) -> Engine:
+    """Instantiate the backend ``kind`` ("vllm" or "replay") with its options."""
+    if kind == "vllm":
+        from autotune.engine.vllm import VLLMEngine
+
+        return VLLMEngine(**options)  # type: ignore[arg-type]
+    if kind == "replay":
+        from autotune.engine.replay import ReplayEngine
+
+        return ReplayEngine(**options)  # type: ignore[arg-type]
+    raise ValueError(f"unknown engine kind {kind!r}")

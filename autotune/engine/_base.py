@@ -1,0 +1,178 @@
+"""The Engine interface every backend implements, and the records it takes and returns.
+
+An engine config fixes (model, engine args, speculative config): vLLM cannot change the method or
+N of a live engine, so each config is one engine start. A started engine then measures any number
+of (workload, concurrency, repeat) cells warm.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from autotune.spec.methods import BASELINE, speculative_config
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """One engine: the target, its engine args and the speculative choice (or the baseline)."""
+
+    model: str
+    method: str = BASELINE
+    num_speculative_tokens: int = 0
+    draft: str | None = None
+    method_params: Mapping[str, int] = field(default_factory=dict)
+    tensor_parallel_size: int = 1
+    engine_args: Mapping[str, Any] = field(default_factory=dict)
+    env: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def is_baseline(self) -> bool:
+        return self.method == BASELINE
+
+    def speculative_config(self) -> dict[str, Any] | None:
+        """Exactly the ``--speculative-config`` JSON for this engine (None for the baseline)."""
+        return speculative_config(
+            self.method, self.num_speculative_tokens, self.draft, self.method_params
+        )
+
+    def key(self) -> str:
+        """A stable digest of everything that makes this engine different from another."""
+        payload = {
+            "model": self.model,
+            "speculative_config": self.speculative_config(),
+            "tensor_parallel_size": self.tensor_parallel_size,
+            "engine_args": dict(sorted(self.engine_args.items())),
+            "env": dict(sorted(self.env.items())),
+        }
+        blob = json.dumps(payload, sort_keys=True, default=str).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+    def label(self) -> str:
+        """Short human label, e.g. ``eagle3 N=4`` or ``baseline``."""
+        if self.is_baseline:
+            return "baseline"
+        return f"{self.method} N={self.num_speculative_tokens}"
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """One request: the prompt (text, or chat messages when the template applies) and length."""
+
+    text: str
+    max_tokens: int
+
+
+@dataclass(frozen=True)
+class PreparedWorkload:
+    """A workload's prompts, loaded and sampled, ready to send to an engine."""
+
+    name: str
+    digest: str
+    """Content digest of prompts and sampling settings: results of different prompt sets never
+    mix."""
+    prompts: Sequence[Prompt]
+    temperature: float = 0.0
+    seed: int = 0
+    chat_template: bool = True
+
+
+@dataclass(frozen=True)
+class MeasureSettings:
+    """The measurement protocol knobs an engine needs for one cell."""
+
+    requests_per_concurrency: int = 4
+    timeout_s: float = 1800.0
+
+    def num_requests(self, workload: PreparedWorkload, concurrency: int) -> int:
+        return max(len(workload.prompts), self.requests_per_concurrency * concurrency)
+
+
+@dataclass(frozen=True)
+class EngineInfo:
+    """What a started engine reports about itself: provenance stored with every measurement."""
+
+    engine_start_s: float
+    vllm_version: str
+    device_name: str
+    """e.g. "AMD Instinct MI300X", "NVIDIA H200", or the CPU model."""
+    device_arch: str
+    """gfx942, gfx950, sm_90, cpu."""
+    platform: str
+    """rocm, cuda or cpu."""
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One (workload, concurrency, repeat) on a warm engine. Counters are deltas for this run."""
+
+    workload: str
+    workload_digest: str
+    concurrency: int
+    repeat: int
+    seed: int
+    num_requests: int
+    num_prompt_tokens: int
+    num_output_tokens: int
+    measure_s: float
+    output_throughput_tok_s: float
+    request_throughput_req_s: float
+    ttft_ms_p50: float
+    ttft_ms_p99: float
+    tpot_ms_p50: float
+    tpot_ms_p99: float
+    itl_ms_p50: float
+    itl_ms_p99: float
+    num_drafts: int = 0
+    num_draft_tokens: int = 0
+    num_accepted_tokens: int = 0
+    accepted_per_pos: tuple[int, ...] = ()
+    max_inflight: int = 0
+
+    @property
+    def mean_acceptance_length(self) -> float | None:
+        """vLLM's convention: 1 + accepted / drafts (the bonus token counts); None without
+        drafts."""
+        if self.num_drafts <= 0:
+            return None
+        return 1.0 + self.num_accepted_tokens / self.num_drafts
+
+    @property
+    def acceptance_per_pos(self) -> tuple[float, ...]:
+        """a_i = accepted at position i / drafts."""
+        if self.num_drafts <= 0:
+            return ()
+        return tuple(a / self.num_drafts for a in self.accepted_per_pos)
+
+
+class Engine(ABC):
+    """One engine at a time: start it for a config, measure cells warm, stop it.
+
+    Backends raise :class:`autotune.errors.EngineError` with a one-line reason when the engine
+    cannot start or a measurement fails; the tuner stores it as a failed trial.
+    """
+
+    @abstractmethod
+    def start(self, config: EngineConfig) -> EngineInfo:
+        """Start an engine for ``config`` (blocking until it serves)."""
+
+    @abstractmethod
+    def measure(
+        self,
+        workload: PreparedWorkload,
+        concurrency: int,
+        repeat: int,
+        settings: MeasureSettings,
+    ) -> Measurement:
+        """Run one closed-loop measurement with exactly ``concurrency`` requests in flight."""
+
+    def warmup(self, workload: PreparedWorkload, num_requests: int) -> None:  # noqa: B027
+        """Send untimed requests so the first timed run does not pay one-off costs."""
+
+    @abstractmethod
+    def stop(self) -> None:
+        """Shut the engine down and free its devices (idempotent)."""

@@ -1,0 +1,50 @@
+"""The error types every layer raises, so the CLI can map each to one line and an exit code."""
+
+from __future__ import annotations
+
+
+class AutotuneError(Exception):
+    """Base class: an error the CLI reports in one line without a traceback."""
+
+    exit_code = 1
+
+
+class SpecError(AutotuneError):
+    """Bad user input (a YAML file, a flag, a name): exit code 2, nothing written.
+
+    ``source`` names the file (or flag) and ``field`` the dotted path inside it, so the message
+    reads ``studies/x.yaml: methods[1].num_speculative_tokens: must be <= 15``.
+    """
+
+    exit_code = 2
+
+    def __init__(self, message: str, *, source: str | None = None, field: str | None = None):
+        self.source = source
+        self.field = field
+        self.reason = message
+        parts = [p for p in (source, field) if p]
+        super().__init__(": ".join([*parts, message]))
+
+
+class NotFoundError(AutotuneError):
+    """A study, workload or model the user named does not exist (exit code 2)."""
+
+    exit_code = 2
+
+
+class NoResultError(AutotuneError):
+    """The store holds nothing to answer the question (e.g. recommend before any measurement)."""
+
+    exit_code = 1
+
+
+class StoreError(AutotuneError):
+    """A database operation failed; the transaction was rolled back."""
+
+    exit_code = 1
+
+
+class EngineError(AutotuneError):
+    """An engine failed to start or to measure; the tuner records it as a failed trial."""
+
+    exit_code = 1

@@ -1,0 +1,253 @@
+"""Choosing the best engine config per (workload, concurrency) from measured repeats.
+
+Rank by a robust lower estimate of throughput — median − 1.4826·MAD over repeats, so one lucky
+run never wins — and treat configs within ``tie_pct`` of the best as tied, preferring the smaller
+N, then no draft model over one. The baseline (N = 0) competes too: when nothing beats it by more
+than the tie margin, the answer is "off".
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+MAD_SCALE = 1.4826  # makes the MAD a consistent estimator of sigma under normal noise
+DEFAULT_TIE_PCT = 1.0
+
+
+class MeasuredRow(Protocol):
+    """What choosing needs of a measurement (MeasurementRecord satisfies it)."""
+
+    trial_id: int
+    method: str
+    draft: str | None
+    num_speculative_tokens: int
+    speculative_config: dict[str, Any] | None
+    workload: str
+    workload_digest: str
+    concurrency: int
+    output_throughput_tok_s: float
+    num_drafts: int
+    num_accepted_tokens: int
+    accepted_per_pos: tuple[int, ...]
+    created_at: Any
+
+
+@dataclass(frozen=True)
+class ConfigScore:
+    """One engine config's repeats at one (workload, concurrency)."""
+
+    method: str
+    draft: str | None
+    num_speculative_tokens: int
+    speculative_config: dict[str, Any] | None
+    trial_ids: tuple[int, ...]
+    throughputs: tuple[float, ...]
+    median_tok_s: float
+    mad_tok_s: float
+    score_tok_s: float
+    spread_pct: float
+    """(max - min) / median over repeats, in percent."""
+    mean_acceptance_length: float | None
+    acceptance_per_pos: tuple[float, ...]
+
+    @property
+    def is_baseline(self) -> bool:
+        return self.speculative_config is None
+
+    @property
+    def repeats(self) -> int:
+        return len(self.throughputs)
+
+    def label(self) -> str:
+        if self.is_baseline:
+            return "off (no speculation)"
+        return f"{self.method} N={self.num_speculative_tokens}"
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The recommendation for one (workload, concurrency)."""
+
+    workload: str
+    workload_digest: str
+    concurrency: int
+    best: ConfigScore
+    runner_up: ConfigScore | None
+    baseline: ConfigScore | None
+    tied: tuple[ConfigScore, ...]
+    ranked: tuple[ConfigScore, ...]
+
+    @property
+    def speedup(self) -> float | None:
+        if self.baseline is None or self.baseline.median_tok_s <= 0:
+            return None
+        return self.best.median_tok_s / self.baseline.median_tok_s
+
+    @property
+    def margin_pct(self) -> float | None:
+        """How far the best's score is above the runner-up's, in percent."""
+        if self.runner_up is None or self.runner_up.score_tok_s <= 0:
+            return None
+        return 100.0 * (self.best.score_tok_s / self.runner_up.score_tok_s - 1.0)
+
+
+def _config_key(row: MeasuredRow) -> str:
+    return json.dumps(row.speculative_config, sort_keys=True)
+
+
+def score(rows: Sequence[MeasuredRow]) -> ConfigScore:
+    """Robust statistics of one config's repeats (``rows`` share a config and cell)."""
+    tput = [r.output_throughput_tok_s for r in rows]
+    med = statistics.median(tput)
+    mad = statistics.median(abs(t - med) for t in tput)
+    drafts = sum(r.num_drafts for r in rows)
+    accepted = sum(r.num_accepted_tokens for r in rows)
+    width = max((len(r.accepted_per_pos) for r in rows), default=0)
+    per_pos = [0] * width
+    for r in rows:
+        for i, a in enumerate(r.accepted_per_pos):
+            per_pos[i] += a
+    first = rows[0]
+    return ConfigScore(
+        method=first.method,
+        draft=first.draft,
+        num_speculative_tokens=first.num_speculative_tokens,
+        speculative_config=first.speculative_config,
+        trial_ids=tuple(sorted({r.trial_id for r in rows})),
+        throughputs=tuple(tput),
+        median_tok_s=med,
+        mad_tok_s=mad,
+        score_tok_s=med - MAD_SCALE * mad,
+        spread_pct=100.0 * (max(tput) - min(tput)) / med if med > 0 else 0.0,
+        mean_acceptance_length=(1.0 + accepted / drafts) if drafts else None,
+        acceptance_per_pos=tuple(a / drafts for a in per_pos) if drafts else (),
+    )
+
+
+def _preference(s: ConfigScore) -> tuple[int, int]:
+    # Among tied configs: smaller N first (baseline N=0 first of all), then no draft model.
+    return (s.num_speculative_tokens, 0 if s.draft is None else 1)
+
+
+def rank(scores: Iterable[ConfigScore], tie_pct: float = DEFAULT_TIE_PCT) -> list[ConfigScore]:
+    """Best first: the tie group of the top score ordered by preference, then the rest."""
+    by_score = sorted(scores, key=lambda s: s.score_tok_s, reverse=True)
+    if not by_score:
+        return []
+    top = by_score[0].score_tok_s
+    threshold = top * (1.0 - tie_pct / 100.0)
+    tied = sorted((s for s in by_score if s.score_tok_s >= threshold), key=_preference)
+    rest = [s for s in by_score if s.score_tok_s < threshold]
+    return tied + rest
+
+
+def latest_digest(rows: Iterable[MeasuredRow], workload: str) -> str | None:
+    """The prompt-set digest of the newest measurement of ``workload``: older prompt sets never
+    mix with it."""
+    newest = None
+    for r in rows:
+        if r.workload == workload and (newest is None or r.created_at >= newest.created_at):
+            newest = r
+    return newest.workload_digest if newest else None
+
+
+def choose(
+    rows: Sequence[MeasuredRow],
+    workload: str,
+    concurrency: int,
+    tie_pct: float = DEFAULT_TIE_PCT,
+) -> Choice | None:
+    """The recommendation for one cell, or None when nothing was measured there."""
+    digest = latest_digest(rows, workload)
+    cell = [
+        r for r in rows
+        if r.workload == workload and r.concurrency == concurrency and r.workload_digest == digest
+    ]
+    if not cell or digest is None:
+        return None
+    groups: dict[str, list[MeasuredRow]] = defaultdict(list)
+    for r in cell:
+        groups[_config_key(r)].append(r)
+    scores = [score(g) for g in groups.values()]
+    ranked = rank(scores, tie_pct)
+    best = ranked[0]
+    threshold = max(s.score_tok_s for s in scores) * (1.0 - tie_pct / 100.0)
+    tied = tuple(s for s in ranked if s.score_tok_s >= threshold)
+    baseline = next((s for s in scores if s.is_baseline), None)
+    return Choice(
+        workload=workload,
+        workload_digest=digest,
+        concurrency=concurrency,
+        best=best,
+        runner_up=ranked[1] if len(ranked) > 1 else None,
+        baseline=baseline,
+        tied=tied,
+        ranked=tuple(ranked),
+    )
+
+
+def cells(rows: Iterable[MeasuredRow]) -> list[tuple[str, int]]:
+    """The (workload, concurrency) cells present in ``rows``, sorted."""
+    return sorted({(r.workload, r.concurrency) for r in rows})
+
+
+def choose_overall(
+    rows: Sequence[MeasuredRow],
+    workload: str,
+    concurrencies: Sequence[int],
+    tie_pct: float = DEFAULT_TIE_PCT,
+) -> Choice | None:
+    """One config for every concurrency level at once: the config measured at all levels whose
+    geometric mean of (score / that level's best score) is highest, with the same tie rule."""
+    per_level = [choose(rows, workload, c, tie_pct) for c in concurrencies]
+    levels = [c for c in per_level if c is not None]
+    if not levels:
+        return None
+    if len(levels) == 1:
+        return levels[0]
+    common: dict[str, list[ConfigScore]] = defaultdict(list)
+    for level in levels:
+        top = level.ranked[0].score_tok_s if level.ranked else 0.0
+        for s in level.ranked:
+            common[json.dumps(s.speculative_config, sort_keys=True)].append(s)
+        if top <= 0:
+            return None
+    candidates = []
+    for group in common.values():
+        if len(group) != len(levels):
+            continue
+        ratios = [
+            max(s.score_tok_s, 1e-9) / max(level.ranked[0].score_tok_s, 1e-9)
+            for s, level in zip(group, levels, strict=True)
+        ]
+        geo = statistics.geometric_mean(ratios)
+        # Carry the geomean as the score so rank() applies the tie rule to it.
+        candidates.append((group, geo))
+    if not candidates:
+        return None
+    proxies = [
+        ConfigScore(
+            method=g[0].method, draft=g[0].draft, num_speculative_tokens=g[0].num_speculative_tokens,
+            speculative_config=g[0].speculative_config,
+            trial_ids=tuple(sorted({t for s in g for t in s.trial_ids})),
+            throughputs=tuple(t for s in g for t in s.throughputs),
+            median_tok_s=statistics.geometric_mean([max(s.median_tok_s, 1e-9) for s in g]),
+            mad_tok_s=0.0, score_tok_s=geo, spread_pct=max(s.spread_pct for s in g),
+            mean_acceptance_length=g[0].mean_acceptance_length,
+            acceptance_per_pos=g[0].acceptance_per_pos,
+        )
+        for g, geo in candidates
+    ]
+    ranked = rank(proxies, tie_pct)
+    threshold = max(s.score_tok_s for s in proxies) * (1.0 - tie_pct / 100.0)
+    baseline = next((s for s in proxies if s.is_baseline), None)
+    return Choice(
+        workload=workload, workload_digest=levels[0].workload_digest, concurrency=0,
+        best=ranked[0], runner_up=ranked[1] if len(ranked) > 1 else None, baseline=baseline,
+        tied=tuple(s for s in ranked if s.score_tok_s >= threshold), ranked=tuple(ranked),
+    )

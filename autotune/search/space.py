@@ -1,0 +1,100 @@
+"""The search space of a study: method (categorical) × N (integer, per-method bounds).
+
+Each point is one engine config. Optuna sees the space define-by-run: ``option`` picks a
+method (and draft, when a method is listed with several drafts), then
+``<option>.num_speculative_tokens`` picks N within that method's range.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from autotune.engine._base import EngineConfig
+from autotune.spec.loader import ResolvedStudy
+from autotune.spec.methods import BASELINE
+
+OPTION = "option"
+
+
+@dataclass(frozen=True)
+class Option:
+    """A method with its draft and parameters; N is chosen per trial."""
+
+    name: str
+    method: str
+    draft: str | None
+    n_values: tuple[int, ...]
+    params: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def n_param(self) -> str:
+        return f"{self.name}.num_speculative_tokens"
+
+
+class SearchSpace:
+    """All engine configs a study may start."""
+
+    def __init__(self, study: ResolvedStudy):
+        self.study = study
+        options: list[Option] = []
+        if study.spec.baseline:
+            options.append(Option(BASELINE, BASELINE, None, (0,)))
+        seen: dict[str, int] = {}
+        for m in study.methods:
+            seen[m.method] = seen.get(m.method, 0) + 1
+            name = m.method if seen[m.method] == 1 else f"{m.method}#{seen[m.method]}"
+            options.append(
+                Option(
+                    name=name,
+                    method=m.method,
+                    draft=m.draft,
+                    n_values=tuple(m.num_speculative_tokens.values()),
+                    params=tuple(sorted(m.params.items())),
+                )
+            )
+        self.options = options
+        self._by_name = {o.name: o for o in options}
+
+    def option(self, name: str) -> Option:
+        return self._by_name[name]
+
+    def config(self, option: Option, n: int) -> EngineConfig:
+        s = self.study
+        return EngineConfig(
+            model=s.model,
+            method=option.method,
+            num_speculative_tokens=n,
+            draft=option.draft,
+            method_params=dict(option.params),
+            tensor_parallel_size=s.tensor_parallel_size,
+            engine_args=dict(s.engine_args),
+            env=dict(s.env),
+        )
+
+    def configs(self) -> list[EngineConfig]:
+        return [self.config(o, n) for o in self.options for n in o.n_values]
+
+    def baseline(self) -> EngineConfig | None:
+        opt = self._by_name.get(BASELINE)
+        return self.config(opt, 0) if opt else None
+
+    def params(self, option: Option, n: int) -> dict[str, Any]:
+        """Optuna params that select (option, n), for ``enqueue_trial``."""
+        params: dict[str, Any] = {OPTION: option.name}
+        if option.method != BASELINE:
+            params[option.n_param] = n
+        return params
+
+    def suggest(self, trial: Any) -> EngineConfig:
+        """Define-by-run sampling of one engine config on an Optuna trial."""
+        name = trial.suggest_categorical(OPTION, [o.name for o in self.options])
+        option = self._by_name[name]
+        if option.method == BASELINE:
+            return self.config(option, 0)
+        lo, hi = option.n_values[0], option.n_values[-1]
+        n = lo if lo == hi else trial.suggest_int(option.n_param, lo, hi)
+        return self.config(option, n)
+
+    def __len__(self) -> int:
+        return sum(len(o.n_values) for o in self.options)

@@ -1,0 +1,334 @@
+"""Reading study and workload YAML into specs, and resolving a study against the catalog.
+
+Every problem becomes one :class:`SpecError` line naming the file and the field, e.g.
+``studies/x.yaml: methods.0.num_speculative_tokens.max: Input should be less than or equal to 15``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from pydantic import BaseModel, Field, ValidationError
+
+from autotune.errors import SpecError
+from autotune.spec._base import StrictModel
+from autotune.spec.catalog import load_catalog
+from autotune.spec.methods import METHODS, RuleContext, check, max_n
+from autotune.spec.study import MethodSpec, NRange, StudySpec
+from autotune.spec.workload import WorkloadSpec
+
+M = TypeVar("M", bound=BaseModel)
+
+_REPO_WORKLOADS = Path(__file__).resolve().parents[2] / "workloads"
+
+
+def _display(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def load_yaml(path: Path) -> dict[str, Any]:
+    """Parse a YAML mapping; syntax errors name the file, line and column."""
+    source = _display(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise SpecError("file not found", source=source) from None
+    except OSError as exc:
+        raise SpecError(f"cannot read: {exc.strerror}", source=source) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else None
+        problem = getattr(exc, "problem", None) or "invalid YAML"
+        raise SpecError(f"invalid YAML: {problem}", source=source, field=where) from None
+    if not isinstance(data, dict):
+        raise SpecError("expected a mapping at the top level", source=source)
+    return data
+
+
+def validate(model: type[M], data: Any, source: str) -> M:
+    """Validate ``data`` as ``model``; the first error becomes a one-line SpecError."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise spec_error_from(exc, source) from None
+
+
+def spec_error_from(exc: ValidationError, source: str) -> SpecError:
+    err = exc.errors()[0]
+    # Discriminated unions add the tag as a path element ("source.jsonl.path"); keep it, it
+    # tells the user which kind was assumed.
+    loc = ".".join(str(p) for p in err["loc"]) or None
+    msg = err["msg"]
+    if err["type"] == "extra_forbidden":
+        msg = "unknown key"
+    more = len(exc.errors()) - 1
+    if more:
+        msg += f" (and {more} more error{'s' if more > 1 else ''})"
+    return SpecError(msg, source=source, field=loc)
+
+
+# --- workloads -------------------------------------------------------------------------------
+
+
+def workload_dirs() -> list[Path]:
+    """Where workload names are looked up, first match wins."""
+    dirs: list[Path] = []
+    env = os.environ.get("AUTOTUNE_WORKLOADS")
+    if env:
+        dirs.extend(Path(p) for p in env.split(os.pathsep) if p)
+    dirs.append(Path.cwd() / "workloads")
+    dirs.append(_REPO_WORKLOADS)
+    unique: list[Path] = []
+    for d in dirs:
+        if all(d.resolve() != u.resolve() for u in unique):
+            unique.append(d)
+    return unique
+
+
+def find_workload(name: str) -> Path:
+    """The YAML file of a workload given by name (``code``) or path (``my/wl.yaml``)."""
+    if name.endswith((".yaml", ".yml")) or os.sep in name:
+        path = Path(name)
+        if not path.is_file():
+            raise SpecError("workload file not found", source=name)
+        return path
+    for d in workload_dirs():
+        for ext in (".yaml", ".yml"):
+            path = d / f"{name}{ext}"
+            if path.is_file():
+                return path
+    known = ", ".join(sorted(list_workload_names())) or "none"
+    raise SpecError(f"unknown workload {name!r} (known: {known})", source="workloads")
+
+
+def list_workload_names() -> list[str]:
+    names: set[str] = set()
+    for d in workload_dirs():
+        if d.is_dir():
+            names.update(p.stem for p in d.glob("*.y*ml"))
+    return sorted(names)
+
+
+def load_workload(name: str) -> tuple[WorkloadSpec, Path]:
+    """The validated spec of a workload and the file it came from."""
+    path = find_workload(name)
+    spec = validate(WorkloadSpec, load_yaml(path), _display(path))
+    return spec, path
+
+
+# --- studies ---------------------------------------------------------------------------------
+
+
+class ResolvedMethod(StrictModel):
+    """A method of a resolved study: draft, N values and parameters all filled in."""
+
+    method: str = Field(description="vLLM's method name.")
+    draft: str | None = Field(description="Draft checkpoint, when the method needs one.")
+    num_speculative_tokens: NRange = Field(description="N range to search.")
+    params: dict[str, int] = Field(description="Method parameters.")
+    parallel_draft: bool = Field(description="Drafts all N tokens in one pass.")
+    prefix_consistent: bool = Field(description="Draft at position i independent of N.")
+
+
+class ResolvedWorkload(StrictModel):
+    """A workload snapshot taken when the study was created."""
+
+    spec: WorkloadSpec = Field(description="The workload spec as it was at creation.")
+    base_dir: str = Field(description="Directory of the workload file (for relative paths).")
+
+
+class ResolvedStudy(StrictModel):
+    """A study with the catalog applied: what the tuner runs, stored as JSON with the study."""
+
+    spec: StudySpec = Field(description="The study file as written.")
+    model_alias: str | None = Field(description="Catalog alias, when the model is one.")
+    model: str = Field(description="HF id or path of the target.")
+    tensor_parallel_size: int = Field(description="GPUs per engine.")
+    engine_args: dict[str, Any] = Field(description="vLLM engine args (catalog ∪ study).")
+    env: dict[str, str] = Field(description="Engine process environment.")
+    methods: list[ResolvedMethod] = Field(description="Methods to search.")
+    workloads: dict[str, ResolvedWorkload] = Field(description="Workloads by name.")
+    warnings: list[str] = Field(default_factory=list, description="Rule warnings.")
+
+    def to_json(self) -> str:
+        return self.model_dump_json()
+
+    @classmethod
+    def from_json(cls, text: str) -> ResolvedStudy:
+        return cls.model_validate_json(text)
+
+
+def current_platform() -> str:
+    """rocm, cuda or cpu, without importing torch (``AUTOTUNE_PLATFORM`` overrides)."""
+    forced = os.environ.get("AUTOTUNE_PLATFORM")
+    if forced:
+        return forced
+    if Path("/dev/kfd").exists():
+        return "rocm"
+    if Path("/dev/nvidiactl").exists() or Path("/dev/nvidia0").exists():
+        return "cuda"
+    return "cpu"
+
+
+def load_study_file(path: Path) -> StudySpec:
+    return validate(StudySpec, load_yaml(path), _display(path))
+
+
+def resolve_study(spec: StudySpec, source: str, platform: str | None = None) -> ResolvedStudy:
+    """Apply the catalog and the method rules; raise SpecError on the first broken rule."""
+    platform = platform or current_platform()
+    catalog = load_catalog()
+    found = catalog.resolve(spec.model.name)
+    if found is None and _looks_like_alias(spec.model.name):
+        known = ", ".join(sorted(catalog.models))
+        raise SpecError(
+            f"unknown model alias {spec.model.name!r} (known: {known}; or give an HF id or path)",
+            source=source,
+            field="model.name",
+        )
+    alias, entry = found if found else (None, None)
+
+    model = entry.model if entry else spec.model.name
+    tp = spec.model.tensor_parallel_size or (_catalog_tp(entry.tensor_parallel_size, platform)
+                                             if entry else 1)
+    engine_args = {**(entry.engine_args if entry else {}), **spec.model.engine_args}
+    env = {**(entry.env if entry else {}), **spec.model.env}
+
+    method_specs = list(spec.methods)
+    if not method_specs:
+        if entry is None:
+            raise SpecError(
+                "no methods given and the model is not in the catalog", source=source,
+                field="methods",
+            )
+        method_specs = [MethodSpec(method=m) for m in entry.methods]  # type: ignore[arg-type]
+
+    warnings: list[str] = []
+    methods: list[ResolvedMethod] = []
+    for i, m in enumerate(method_specs):
+        field = f"methods.{i}"
+        rule = METHODS[m.method]
+        cat = entry.methods.get(m.method) if entry else None  # type: ignore[call-overload]
+        draft = m.draft or (cat.draft if cat else None)
+        if rule.needs_draft and not draft:
+            raise SpecError(
+                f"method {m.method} needs a draft checkpoint and the catalog has none for "
+                f"{spec.model.name}; set draft",
+                source=source,
+                field=f"{field}.draft",
+            )
+        if not rule.needs_draft and m.draft:
+            raise SpecError(
+                f"method {m.method} takes no draft checkpoint", source=source,
+                field=f"{field}.draft",
+            )
+        if rule.requires_package and importlib.util.find_spec(rule.requires_package) is None:
+            raise SpecError(
+                f"method {m.method} needs the {rule.requires_package} package installed",
+                source=source, field=f"{field}.method",
+            )
+        ctx = RuleContext(
+            mtp_layers=entry.mtp_layers if entry else None,
+            block_size=(cat.block_size if cat else None) or _draft_block_size(draft),
+            mla_attention=entry.mla_attention if entry else False,
+            platform=platform,
+            allow_rocm_mla_override=spec.model.allow_rocm_mla_override,
+            **_vocab_sizes(m.method, model, draft),
+        )
+        if m.num_speculative_tokens is not None:
+            n_range = m.num_speculative_tokens
+        else:
+            hi = min(cat.n_max, max_n(m.method, ctx)) if cat and cat.n_max else max_n(m.method, ctx)
+            n_range = NRange(min=min(hi, 1 if m.method != "dspark" else hi), max=hi)
+        params = {**(cat.params if cat else {}), **m.params}
+        result = check(m.method, n_range.values(), params, ctx)
+        if result.errors:
+            sub = "num_speculative_tokens" if "num_speculative_tokens" in result.errors[0] else (
+                "params" if "param" in result.errors[0] or "prompt_lookup" in result.errors[0]
+                else "draft" if "vocabulary" in result.errors[0] else "method")
+            raise SpecError(result.errors[0], source=source, field=f"{field}.{sub}")
+        warnings.extend(f"{field}: {w}" for w in result.warnings)
+        if platform == "cpu" and not rule.runs_on_cpu:
+            warnings.append(f"{field}: {m.method} does not run on vLLM's CPU build")
+        methods.append(
+            ResolvedMethod(
+                method=m.method, draft=draft, num_speculative_tokens=n_range, params=params,
+                parallel_draft=rule.parallel_draft, prefix_consistent=rule.prefix_consistent,
+            )
+        )
+
+    workloads: dict[str, ResolvedWorkload] = {}
+    for i, name in enumerate(spec.workloads):
+        try:
+            wspec, wpath = load_workload(name)
+        except SpecError as exc:
+            if exc.source == "workloads":  # unknown name: point at the study's field
+                raise SpecError(exc.reason, source=source, field=f"workloads.{i}") from None
+            raise
+        workloads[name] = ResolvedWorkload(spec=wspec, base_dir=str(wpath.parent.resolve()))
+
+    if spec.engine.kind == "replay":
+        landscape = Path(spec.engine.landscape)
+        if not landscape.is_absolute():
+            landscape = (Path(source).parent / landscape)
+        if not landscape.is_file():
+            raise SpecError("landscape file not found", source=source, field="engine.landscape")
+
+    return ResolvedStudy(
+        spec=spec, model_alias=alias, model=model, tensor_parallel_size=tp,
+        engine_args=engine_args, env=env, methods=methods, workloads=workloads,
+        warnings=warnings,
+    )
+
+
+def _looks_like_alias(name: str) -> bool:
+    # HF ids have an org ("google/gemma-4-31B-it"); paths have a separator or exist locally.
+    return "/" not in name and os.sep not in name and not Path(name).exists()
+
+
+def _catalog_tp(tp: dict[str, int], platform: str) -> int:
+    return tp.get(platform, tp.get("default", next(iter(tp.values()), 1)))
+
+
+def _local_config(ref: str | None) -> dict[str, Any] | None:
+    if not ref or ref.startswith("tiny:"):
+        return None
+    path = Path(ref) / "config.json"
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _draft_block_size(draft: str | None) -> int | None:
+    cfg = _local_config(draft)
+    if not cfg:
+        return None
+    for key in ("block_size", "dspark_block_size"):
+        value = cfg.get(key) or (cfg.get("dflash_config") or {}).get(key)
+        if isinstance(value, int):
+            return value
+    return None
+
+
+def _vocab_sizes(method: str, model: str, draft: str | None) -> dict[str, int | None]:
+    if method != "draft_model":
+        return {}
+    t, d = _local_config(model), _local_config(draft)
+    if not t or not d:
+        return {}
+    return {"target_vocab_size": t.get("vocab_size"), "draft_vocab_size": d.get("vocab_size")}
+

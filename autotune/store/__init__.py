@@ -1,0 +1,24 @@
+"""Everything SQLAlchemy: tables, the scoped write session, migrations and queries.
+
+Queries return frozen records (``autotune.store.records``), never live ORM rows.
+"""
+
+from autotune.store.migrations import SCHEMA_VERSION
+from autotune.store.records import (
+    MeasurementRecord,
+    RecommendationRecord,
+    StudyRecord,
+    TrialRecord,
+)
+from autotune.store.store import DEFAULT_DB, Store, resolve_url
+
+__all__ = [
+    "DEFAULT_DB",
+    "SCHEMA_VERSION",
+    "MeasurementRecord",
+    "RecommendationRecord",
+    "Store",
+    "StudyRecord",
+    "TrialRecord",
+    "resolve_url",
+]

@@ -1,0 +1,69 @@
+"""Schema versions and the explicit migrations between them.
+
+A new database gets the current schema from the table definitions and is stamped with
+``SCHEMA_VERSION``. An older database is brought forward one step at a time by the functions in
+``MIGRATIONS`` (step ``n`` turns version ``n - 1`` into ``n``), inside one transaction, so stored
+studies survive upgrades. To change the schema: edit ``tables.py``, bump ``SCHEMA_VERSION`` and
+add the step that alters existing databases the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from sqlalchemy import Connection, inspect, select, text
+
+from autotune.errors import StoreError
+from autotune.store.tables import Base, MetaRow
+
+SCHEMA_VERSION = 1
+
+Migration = Callable[[Connection], None]
+
+MIGRATIONS: dict[int, Migration] = {}
+"""Step functions by the version they produce (2, 3, ...)."""
+
+
+def add_column(conn: Connection, table: str, column_ddl: str) -> None:
+    """Helper for migrations: ``ALTER TABLE ... ADD COLUMN`` unless it exists already."""
+    name = column_ddl.split()[0]
+    if name not in {c["name"] for c in inspect(conn).get_columns(table)}:
+        conn.execute(text(f"ALTER TABLE {table} ADD COLUMN {column_ddl}"))
+
+
+def current_version(conn: Connection) -> int | None:
+    """The stored schema version, or None when the database has no autotune tables."""
+    if not inspect(conn).has_table(MetaRow.__tablename__):
+        return None
+    value = conn.execute(
+        select(MetaRow.value).where(MetaRow.key == "schema_version")
+    ).scalar_one_or_none()
+    return int(value) if value is not None else None
+
+
+def upgrade(conn: Connection, target: int = SCHEMA_VERSION) -> int:
+    """Create or migrate the autotune schema in ``conn``; returns the version it ends at."""
+    version = current_version(conn)
+    if version is None:
+        Base.metadata.create_all(conn)
+        conn.execute(MetaRow.__table__.insert().values(key="schema_version", value=str(target)))
+        return target
+    if version > target:
+        raise StoreError(
+            f"the database has schema version {version}, newer than this autotune's "
+            f"({target}); upgrade autotune"
+        )
+    while version < target:
+        step = MIGRATIONS.get(version + 1)
+        if step is None:
+            raise StoreError(f"no migration from schema version {version} to {version + 1}")
+        step(conn)
+        version += 1
+        conn.execute(
+            MetaRow.__table__.update()
+            .where(MetaRow.key == "schema_version")
+            .values(value=str(version))
+        )
+    # Tables added in later versions (create_all skips existing ones).
+    Base.metadata.create_all(conn)
+    return version

@@ -1,0 +1,112 @@
+"""Plain frozen records the store's queries return (never live ORM rows)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+
+@dataclass(frozen=True)
+class StudyRecord:
+    id: int
+    name: str
+    description: str
+    model_alias: str | None
+    model: str
+    source: str
+    resolved_json: str
+    optuna_study_name: str
+    status: str
+    created_at: datetime
+    updated_at: datetime
+    num_trials: int = 0
+    num_failed: int = 0
+    num_measurements: int = 0
+
+
+@dataclass(frozen=True)
+class TrialRecord:
+    id: int
+    study_id: int
+    number: int
+    optuna_trial_number: int | None
+    config_key: str
+    method: str
+    draft: str | None
+    num_speculative_tokens: int
+    method_params: dict[str, Any]
+    speculative_config: dict[str, Any] | None
+    engine_args: dict[str, Any]
+    env: dict[str, str]
+    tensor_parallel_size: int
+    state: str
+    failure_reason: str | None
+    engine_start_s: float | None
+    engine_seconds: float | None
+    vllm_version: str | None
+    device_name: str | None
+    device_arch: str | None
+    platform: str | None
+    started_at: datetime
+    finished_at: datetime | None
+
+
+@dataclass(frozen=True)
+class MeasurementRecord:
+    id: int
+    trial_id: int
+    study: str
+    model: str
+    method: str
+    draft: str | None
+    num_speculative_tokens: int
+    speculative_config: dict[str, Any] | None
+    workload: str
+    workload_digest: str
+    concurrency: int
+    repeat: int
+    seed: int
+    num_requests: int
+    num_prompt_tokens: int
+    num_output_tokens: int
+    measure_s: float
+    output_throughput_tok_s: float
+    request_throughput_req_s: float
+    ttft_ms_p50: float
+    ttft_ms_p99: float
+    tpot_ms_p50: float
+    tpot_ms_p99: float
+    itl_ms_p50: float
+    itl_ms_p99: float
+    num_drafts: int
+    num_draft_tokens: int
+    num_accepted_tokens: int
+    accepted_per_pos: tuple[int, ...]
+    mean_acceptance_length: float | None
+    max_inflight: int
+    engine_start_s: float | None
+    vllm_version: str
+    device_name: str
+    device_arch: str
+    engine_args: dict[str, Any]
+    env: dict[str, str]
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class RecommendationRecord:
+    id: int
+    study: str
+    model: str
+    model_alias: str | None
+    workload: str
+    workload_digest: str
+    concurrency: int
+    trial_id: int | None
+    speculative_config: dict[str, Any] | None
+    output_throughput_tok_s: float
+    baseline_tok_s: float | None
+    speedup: float | None
+    source: str
+    created_at: datetime

@@ -1,0 +1,150 @@
+"""SQLAlchemy tables of the study store. Every table is prefixed ``autotune_`` because the same
+database also holds Optuna's own tables (``studies``, ``trials``, ...)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import JSON, DateTime, Float, ForeignKey, Index, Integer, String, Text
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class MetaRow(Base):
+    """Key/value facts about the database itself (the schema version)."""
+
+    __tablename__ = "autotune_meta"
+
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[str] = mapped_column(String(256))
+
+
+class StudyRow(Base):
+    __tablename__ = "autotune_studies"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(128), unique=True)
+    description: Mapped[str] = mapped_column(Text, default="")
+    model_alias: Mapped[str | None] = mapped_column(String(64))
+    model: Mapped[str] = mapped_column(String(512))
+    source: Mapped[str] = mapped_column(String(1024), default="")
+    resolved_json: Mapped[str] = mapped_column(Text)
+    optuna_study_name: Mapped[str] = mapped_column(String(256))
+    status: Mapped[str] = mapped_column(String(32), default="created")
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+    trials: Mapped[list[TrialRow]] = relationship(
+        back_populates="study", cascade="all, delete-orphan", passive_deletes=True
+    )
+
+
+class TrialRow(Base):
+    """One engine config, measured on one engine (or failed with a reason)."""
+
+    __tablename__ = "autotune_trials"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    study_id: Mapped[int] = mapped_column(ForeignKey("autotune_studies.id", ondelete="CASCADE"))
+    number: Mapped[int] = mapped_column(Integer)
+    optuna_trial_number: Mapped[int | None] = mapped_column(Integer)
+    config_key: Mapped[str] = mapped_column(String(32))
+    method: Mapped[str] = mapped_column(String(32))
+    draft: Mapped[str | None] = mapped_column(String(512))
+    num_speculative_tokens: Mapped[int] = mapped_column(Integer)
+    method_params: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    speculative_config: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    engine_args: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    env: Mapped[dict[str, str]] = mapped_column(JSON, default=dict)
+    tensor_parallel_size: Mapped[int] = mapped_column(Integer, default=1)
+    state: Mapped[str] = mapped_column(String(16), default="running")
+    failure_reason: Mapped[str | None] = mapped_column(Text)
+    engine_start_s: Mapped[float | None] = mapped_column(Float)
+    engine_seconds: Mapped[float | None] = mapped_column(Float)
+    vllm_version: Mapped[str | None] = mapped_column(String(64))
+    device_name: Mapped[str | None] = mapped_column(String(256))
+    device_arch: Mapped[str | None] = mapped_column(String(64))
+    platform: Mapped[str | None] = mapped_column(String(16))
+    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+    study: Mapped[StudyRow] = relationship(back_populates="trials")
+    measurements: Mapped[list[MeasurementRow]] = relationship(
+        back_populates="trial", cascade="all, delete-orphan", passive_deletes=True
+    )
+
+    __table_args__ = (Index("ix_autotune_trials_study_key", "study_id", "config_key"),)
+
+
+class MeasurementRow(Base):
+    """One (workload, concurrency, repeat) on a warm engine, with its provenance."""
+
+    __tablename__ = "autotune_measurements"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    trial_id: Mapped[int] = mapped_column(ForeignKey("autotune_trials.id", ondelete="CASCADE"))
+    workload: Mapped[str] = mapped_column(String(128))
+    workload_digest: Mapped[str] = mapped_column(String(64))
+    concurrency: Mapped[int] = mapped_column(Integer)
+    repeat: Mapped[int] = mapped_column(Integer)
+    seed: Mapped[int] = mapped_column(Integer)
+    num_requests: Mapped[int] = mapped_column(Integer)
+    num_prompt_tokens: Mapped[int] = mapped_column(Integer)
+    num_output_tokens: Mapped[int] = mapped_column(Integer)
+    measure_s: Mapped[float] = mapped_column(Float)
+    output_throughput_tok_s: Mapped[float] = mapped_column(Float)
+    request_throughput_req_s: Mapped[float] = mapped_column(Float)
+    ttft_ms_p50: Mapped[float] = mapped_column(Float)
+    ttft_ms_p99: Mapped[float] = mapped_column(Float)
+    tpot_ms_p50: Mapped[float] = mapped_column(Float)
+    tpot_ms_p99: Mapped[float] = mapped_column(Float)
+    itl_ms_p50: Mapped[float] = mapped_column(Float)
+    itl_ms_p99: Mapped[float] = mapped_column(Float)
+    num_drafts: Mapped[int] = mapped_column(Integer, default=0)
+    num_draft_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    num_accepted_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    accepted_per_pos: Mapped[list[int]] = mapped_column(JSON, default=list)
+    mean_acceptance_length: Mapped[float | None] = mapped_column(Float)
+    max_inflight: Mapped[int] = mapped_column(Integer, default=0)
+    # Provenance: enough to tell whether two numbers may be compared.
+    vllm_version: Mapped[str] = mapped_column(String(64))
+    device_name: Mapped[str] = mapped_column(String(256))
+    device_arch: Mapped[str] = mapped_column(String(64))
+    engine_args: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    env: Mapped[dict[str, str]] = mapped_column(JSON, default=dict)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+    trial: Mapped[TrialRow] = relationship(back_populates="measurements")
+
+    __table_args__ = (Index("ix_autotune_measurements_trial", "trial_id"),)
+
+
+class RecommendationRow(Base):
+    """The chosen engine config per (study, workload, concurrency); null config = "off"."""
+
+    __tablename__ = "autotune_recommendations"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    study_id: Mapped[int] = mapped_column(ForeignKey("autotune_studies.id", ondelete="CASCADE"))
+    model: Mapped[str] = mapped_column(String(512))
+    model_alias: Mapped[str | None] = mapped_column(String(64))
+    workload: Mapped[str] = mapped_column(String(128))
+    workload_digest: Mapped[str] = mapped_column(String(64))
+    concurrency: Mapped[int] = mapped_column(Integer)
+    trial_id: Mapped[int | None] = mapped_column(
+        ForeignKey("autotune_trials.id", ondelete="SET NULL")
+    )
+    speculative_config: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    output_throughput_tok_s: Mapped[float] = mapped_column(Float)
+    baseline_tok_s: Mapped[float | None] = mapped_column(Float)
+    speedup: Mapped[float | None] = mapped_column(Float)
+    source: Mapped[str] = mapped_column(String(32), default="measured")
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
