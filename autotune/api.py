@@ -6,6 +6,7 @@ exactly as it was.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -74,10 +75,8 @@ def delete_study(store: Store, name: str) -> None:
 def _delete_optuna_study(store: Store, optuna_name: str) -> None:
     import optuna
 
-    try:
+    with contextlib.suppress(KeyError):  # never run: Optuna has no such study
         optuna.delete_study(study_name=optuna_name, storage=store.url)
-    except KeyError:
-        pass  # never run: Optuna has no such study
 
 
 def run_study(
@@ -114,9 +113,7 @@ def _pool_factory(
         from autotune.cluster.local import LocalPool
         from autotune.engine.replay import ReplayEngine
 
-        landscape = Path(engine.landscape)
-        if not landscape.is_absolute():
-            landscape = Path(record.source).parent / landscape
+        landscape = Path(resolved.landscape or engine.landscape)
         seed = resolved.spec.seed
 
         def replay_pool(_: ResolvedStudy) -> Any:
@@ -180,7 +177,10 @@ class Recommendation:
 
 
 def recommend(
-    store: Store, model: str, workload: str, concurrency: int | None = None,
+    store: Store,
+    model: str,
+    workload: str,
+    concurrency: int | None = None,
     study: str | None = None,
 ) -> Recommendation:
     """The measured recommendation for (model, workload[, concurrency]).
@@ -190,7 +190,8 @@ def recommend(
     from autotune.recommend.choose import choose, choose_overall
 
     studies = [
-        s for s in store.list_studies()
+        s
+        for s in store.list_studies()
         if (study is None or s.name == study) and model in (s.model_alias, s.model)
     ]
     if study is not None and not studies:
@@ -221,7 +222,13 @@ def recommend(
     if choice is None:
         raise NoResultError(f"no usable measurements for {model}/{workload}")
     return Recommendation(
-        model=record.model, model_alias=record.model_alias, workload=workload,
-        concurrency=concurrency, choice=choice, per_level=per_level, study=record,
-        resolved=ResolvedStudy.from_json(record.resolved_json), rows=rows,
+        model=record.model,
+        model_alias=record.model_alias,
+        workload=workload,
+        concurrency=concurrency,
+        choice=choice,
+        per_level=per_level,
+        study=record,
+        resolved=ResolvedStudy.from_json(record.resolved_json),
+        rows=rows,
     )

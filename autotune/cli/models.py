@@ -32,11 +32,18 @@ def models(as_json: bool) -> None:
         if not entry.methods:
             table.add_row(alias, entry.model, tp, "-", "-", "-")
         for i, (method, m) in enumerate(entry.methods.items()):
-            ctx = RuleContext(mtp_layers=entry.mtp_layers, block_size=m.block_size,
-                              mla_attention=entry.mla_attention)
+            ctx = RuleContext(
+                mtp_layers=entry.mtp_layers,
+                block_size=m.block_size,
+                mla_attention=entry.mla_attention,
+            )
             hi = min(m.n_max or max_n(method, ctx), max_n(method, ctx))
             table.add_row(
-                alias if i == 0 else "", entry.model if i == 0 else "", tp if i == 0 else "",
-                method, m.draft or "-", f"1..{hi}",
+                alias if i == 0 else "",
+                entry.model if i == 0 else "",
+                tp if i == 0 else "",
+                method,
+                m.draft or "-",
+                f"1..{hi}",
             )
     console().print(table)

@@ -70,7 +70,9 @@ class RichReporter:
         if reason is not None:
             self.progress.console.print(f"[red]failed[/red] {label}: {reason}")
         else:
-            self.progress.console.print(f"[green]done[/green]   {label}: {value:,.1f} tok/s (geomean)")
+            self.progress.console.print(
+                f"[green]done[/green]   {label}: {value:,.1f} tok/s (geomean)"
+            )
         self.progress.update(self.task, advance=1, status=self._status())
 
     def end(self) -> None:

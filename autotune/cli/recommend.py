@@ -6,26 +6,54 @@ from typing import Any
 
 import click
 
-from autotune.cli._common import Context, console, echo_json, pass_ctx
+from autotune.cli._common import Context, console, pass_ctx
 
 FORMATS = ("json", "args", "yaml", "dsd")
 
 
 @click.command("recommend")
-@click.option("--model", required=True, metavar="ALIAS", help="Catalog alias or HF id of the model.")
+@click.option(
+    "--model", required=True, metavar="ALIAS", help="Catalog alias or HF id of the model."
+)
 @click.option("--workload", required=True, metavar="NAME", help="Workload name.")
-@click.option("--concurrency", type=int, default=None, metavar="C",
-              help="Answer for this concurrency level [default: one config for all levels].")
-@click.option("--study", "study_name", default=None, metavar="NAME",
-              help="Use this study [default: the newest that measured the pair].")
-@click.option("--format", "fmt", type=click.Choice(FORMATS), default="json", show_default=True,
-              help="json: the --speculative-config JSON; args: a full `vllm serve` line; "
-              "yaml; dsd: a Dynamic SD config whose N follows the batch size.")
-@click.option("--explain", is_flag=True,
-              help="Also print throughput, speedup, acceptance, runner-up and provenance.")
+@click.option(
+    "--concurrency",
+    type=int,
+    default=None,
+    metavar="C",
+    help="Answer for this concurrency level [default: one config for all levels].",
+)
+@click.option(
+    "--study",
+    "study_name",
+    default=None,
+    metavar="NAME",
+    help="Use this study [default: the newest that measured the pair].",
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(FORMATS),
+    default="json",
+    show_default=True,
+    help="json: the --speculative-config JSON; args: a full `vllm serve` line; "
+    "yaml; dsd: a Dynamic SD config whose N follows the batch size.",
+)
+@click.option(
+    "--explain",
+    is_flag=True,
+    help="Also print throughput, speedup, acceptance, runner-up and provenance.",
+)
 @pass_ctx
-def recommend(ctx: Context, model: str, workload: str, concurrency: int | None,
-              study_name: str | None, fmt: str, explain: bool) -> None:
+def recommend(
+    ctx: Context,
+    model: str,
+    workload: str,
+    concurrency: int | None,
+    study_name: str | None,
+    fmt: str,
+    explain: bool,
+) -> None:
     """Print the recommended --speculative-config for a model and workload.
 
     Reads the study store; with nothing measured for the pair it says so and exits 1.
@@ -46,10 +74,14 @@ def recommend(ctx: Context, model: str, workload: str, concurrency: int | None,
     elif fmt == "yaml":
         click.echo(render.as_yaml(config), nl=False)
     elif fmt == "args":
-        click.echo(render.serve_args(
-            rec.model, config, tensor_parallel_size=rec.resolved.tensor_parallel_size,
-            engine_args=rec.resolved.engine_args,
-        ))
+        click.echo(
+            render.serve_args(
+                rec.model,
+                config,
+                tensor_parallel_size=rec.resolved.tensor_parallel_size,
+                engine_args=rec.resolved.engine_args,
+            )
+        )
     else:
         click.echo(render.speculative_json(render.dsd_config(rec.per_level)))
     if explain:
@@ -62,28 +94,48 @@ def _explain(rec: Any) -> None:
     con = console()
     c = rec.choice
     best = c.best
-    where = f"concurrency {rec.concurrency}" if rec.concurrency else "all measured concurrency levels"
-    con.print(f"\n[bold]{rec.model_alias or rec.model}[/bold] / {rec.workload} at {where} "
-              f"(study {rec.study.name})")
+    where = (
+        f"concurrency {rec.concurrency}" if rec.concurrency else "all measured concurrency levels"
+    )
+    con.print(
+        f"\n[bold]{rec.model_alias or rec.model}[/bold] / {rec.workload} at {where} "
+        f"(study {rec.study.name})"
+    )
     con.print(f"recommended  {best.label()}")
-    table = Table("concurrency", "best", "tok/s (median)", "speedup", "AL", "repeats",
-                  "spread %", "runner-up", "margin %")
+    table = Table(
+        "concurrency",
+        "best",
+        "tok/s (median)",
+        "speedup",
+        "AL",
+        "repeats",
+        "spread %",
+        "runner-up",
+        "margin %",
+    )
     for lv in rec.per_level:
         b = lv.best
         table.add_row(
-            str(lv.concurrency), b.label(), f"{b.median_tok_s:,.1f}",
+            str(lv.concurrency),
+            b.label(),
+            f"{b.median_tok_s:,.1f}",
             f"{lv.speedup:.2f}x" if lv.speedup else "-",
             f"{b.mean_acceptance_length:.2f}" if b.mean_acceptance_length else "-",
-            str(b.repeats), f"{b.spread_pct:.1f}",
+            str(b.repeats),
+            f"{b.spread_pct:.1f}",
             lv.runner_up.label() if lv.runner_up else "-",
             f"{lv.margin_pct:.1f}" if lv.margin_pct is not None else "-",
         )
     con.print(table)
     if best.acceptance_per_pos:
-        con.print("acceptance per position  " + " ".join(f"{a:.2f}" for a in best.acceptance_per_pos))
+        con.print(
+            "acceptance per position  " + " ".join(f"{a:.2f}" for a in best.acceptance_per_pos)
+        )
     rows = [r for r in rec.rows if r.trial_id in best.trial_ids] or list(rec.rows)
     r0 = rows[0]
-    con.print(f"provenance   vLLM {r0.vllm_version} on {r0.device_name} ({r0.device_arch}); "
-              f"workload digest {r0.workload_digest[:12]}")
+    con.print(
+        f"provenance   vLLM {r0.vllm_version} on {r0.device_name} ({r0.device_arch}); "
+        f"workload digest {r0.workload_digest[:12]}"
+    )
     if r0.env:
         con.print("engine env   " + " ".join(f"{k}={v}" for k, v in sorted(r0.env.items())))

@@ -26,15 +26,26 @@ def study() -> None:
 @click.argument("file", required=False, type=click.Path(path_type=Path))
 @click.option("--model", "model", metavar="ALIAS", help="Quick study: catalog alias or HF id.")
 @click.option(
-    "--workload", "workloads", multiple=True, metavar="NAME", help="Quick study: workload (repeatable)."
+    "--workload",
+    "workloads",
+    multiple=True,
+    metavar="NAME",
+    help="Quick study: workload (repeatable).",
 )
 @click.option("--name", metavar="NAME", help="Quick study: study name [default: MODEL-WORKLOADS].")
 @click.option(
-    "--concurrency", "concurrency", multiple=True, type=int, metavar="C",
+    "--concurrency",
+    "concurrency",
+    multiple=True,
+    type=int,
+    metavar="C",
     help="Quick study: concurrency level (repeatable) [default: 1, 8, 32].",
 )
 @click.option(
-    "--method", "methods", multiple=True, metavar="METHOD",
+    "--method",
+    "methods",
+    multiple=True,
+    metavar="METHOD",
     help="Quick study: method to search (repeatable) [default: the catalog's for the model].",
 )
 @click.option("--repeats", type=int, default=None, help="Quick study: repeats per measurement.")
@@ -69,8 +80,9 @@ def create(
     store = ctx.store()
     if file is not None:
         if model or workloads or name or concurrency or methods or repeats:
-            raise SpecError("give either FILE or the quick-study flags, not both",
-                            source="study create")
+            raise SpecError(
+                "give either FILE or the quick-study flags, not both", source="study create"
+            )
         created = api.create_study(store, file, replace=replace)
     else:
         if not model or not workloads:
@@ -90,8 +102,9 @@ def create(
             store, data=data, source="--model/--workload flags", replace=replace
         )
     if as_json:
-        echo_json({"name": created.study.name, "warnings": created.resolved.warnings,
-                   "db": store.url})
+        echo_json(
+            {"name": created.study.name, "warnings": created.resolved.warnings, "db": store.url}
+        )
         return
     for warning in created.resolved.warnings:
         click.echo(f"warning: {warning}", err=True)
@@ -127,17 +140,28 @@ def list_(ctx: Context, as_json: bool) -> None:
     table = Table("name", "model", "status", "trials", "failed", "measurements", "created")
     for r in records:
         table.add_row(
-            r.name, r.model_alias or r.model, r.status, str(r.num_trials), str(r.num_failed),
-            str(r.num_measurements), r.created_at.strftime("%Y-%m-%d %H:%M"),
+            r.name,
+            r.model_alias or r.model,
+            r.status,
+            str(r.num_trials),
+            str(r.num_failed),
+            str(r.num_measurements),
+            r.created_at.strftime("%Y-%m-%d %H:%M"),
         )
     console().print(table)
 
 
 def _study_summary(r: Any) -> dict[str, Any]:
     return {
-        "name": r.name, "model": r.model, "model_alias": r.model_alias, "status": r.status,
-        "trials": r.num_trials, "failed": r.num_failed, "measurements": r.num_measurements,
-        "created_at": r.created_at.isoformat(), "source": r.source,
+        "name": r.name,
+        "model": r.model,
+        "model_alias": r.model_alias,
+        "status": r.status,
+        "trials": r.num_trials,
+        "failed": r.num_failed,
+        "measurements": r.num_measurements,
+        "created_at": r.created_at.isoformat(),
+        "source": r.source,
     }
 
 
@@ -157,17 +181,25 @@ def show(ctx: Context, name: str, as_json: bool) -> None:
 
     record, resolved, trials = api.get_study(ctx.store(), name)
     if as_json:
-        echo_json({
-            **_study_summary(record),
-            "resolved": resolved.model_dump(mode="json"),
-            "trials": [
-                {"number": t.number, "method": t.method, "draft": t.draft,
-                 "num_speculative_tokens": t.num_speculative_tokens, "state": t.state,
-                 "failure_reason": t.failure_reason, "engine_start_s": t.engine_start_s,
-                 "engine_seconds": t.engine_seconds}
-                for t in trials
-            ],
-        })
+        echo_json(
+            {
+                **_study_summary(record),
+                "resolved": resolved.model_dump(mode="json"),
+                "trials": [
+                    {
+                        "number": t.number,
+                        "method": t.method,
+                        "draft": t.draft,
+                        "num_speculative_tokens": t.num_speculative_tokens,
+                        "state": t.state,
+                        "failure_reason": t.failure_reason,
+                        "engine_start_s": t.engine_start_s,
+                        "engine_seconds": t.engine_seconds,
+                    }
+                    for t in trials
+                ],
+            }
+        )
         return
     from rich.table import Table
 
@@ -176,7 +208,9 @@ def show(ctx: Context, name: str, as_json: bool) -> None:
     con.print(f"[bold]{record.name}[/bold]  {record.status}  ({record.source})")
     if spec.description:
         con.print(spec.description)
-    con.print(f"model        {resolved.model}  (tensor_parallel_size={resolved.tensor_parallel_size})")
+    con.print(
+        f"model        {resolved.model}  (tensor_parallel_size={resolved.tensor_parallel_size})"
+    )
     con.print(f"workloads    {', '.join(spec.workloads)}")
     con.print(f"concurrency  {', '.join(map(str, spec.concurrency))}")
     con.print(f"repeats      {spec.repeats}   sampler {spec.sampler}   engine {spec.engine.kind}")
@@ -184,8 +218,12 @@ def show(ctx: Context, name: str, as_json: bool) -> None:
     methods = Table("method", "draft", "N", "params", title="methods")
     for m in resolved.methods:
         n = m.num_speculative_tokens
-        methods.add_row(m.method, m.draft or "-", f"{n.min}..{n.max}",
-                        ", ".join(f"{k}={v}" for k, v in m.params.items()) or "-")
+        methods.add_row(
+            m.method,
+            m.draft or "-",
+            f"{n.min}..{n.max}",
+            ", ".join(f"{k}={v}" for k, v in m.params.items()) or "-",
+        )
     con.print(methods)
     for w in resolved.warnings:
         con.print(f"[yellow]warning[/yellow] {w}")
@@ -194,7 +232,9 @@ def show(ctx: Context, name: str, as_json: bool) -> None:
         for t in trials:
             label = "baseline" if t.method == "none" else f"{t.method} N={t.num_speculative_tokens}"
             t_table.add_row(
-                str(t.number), label, t.state,
+                str(t.number),
+                label,
+                t.state,
                 f"{t.engine_start_s:.1f}" if t.engine_start_s is not None else "-",
                 f"{t.engine_seconds:.1f}" if t.engine_seconds is not None else "-",
                 t.failure_reason or "",
@@ -224,27 +264,57 @@ def delete(ctx: Context, name: str, yes: bool) -> None:
 
 
 def _run_options(f: Any) -> Any:
-    f = click.option("--ray-address", metavar="ADDR", default=None, envvar="RAY_ADDRESS",
-                     help="Connect to this Ray cluster instead of starting a local one.")(f)
-    f = click.option("--max-engines", type=int, default=None, metavar="N",
-                     help="At most N engines at once [default: one per GPU group; 1 on CPU].")(f)
-    f = click.option("--max-configs", type=int, default=None, metavar="N",
-                     help="Stop after N engine configs in this run (resume continues).")(f)
-    f = click.option("--verbose", "-v", is_flag=True,
-                     help="Stream the engines' logs (vLLM, Ray) to the terminal.")(f)
+    f = click.option(
+        "--ray-address",
+        metavar="ADDR",
+        default=None,
+        envvar="RAY_ADDRESS",
+        help="Connect to this Ray cluster instead of starting a local one.",
+    )(f)
+    f = click.option(
+        "--max-engines",
+        type=int,
+        default=None,
+        metavar="N",
+        help="At most N engines at once [default: one per GPU group; 1 on CPU].",
+    )(f)
+    f = click.option(
+        "--max-configs",
+        type=int,
+        default=None,
+        metavar="N",
+        help="Stop after N engine configs in this run (resume continues).",
+    )(f)
+    f = click.option(
+        "--verbose",
+        "-v",
+        is_flag=True,
+        help="Stream the engines' logs (vLLM, Ray) to the terminal.",
+    )(f)
     return f
 
 
-def _run(ctx: Context, name: str, ray_address: str | None, max_engines: int | None,
-         max_configs: int | None, verbose: bool) -> None:
+def _run(
+    ctx: Context,
+    name: str,
+    ray_address: str | None,
+    max_engines: int | None,
+    max_configs: int | None,
+    verbose: bool,
+) -> None:
     from autotune import api
     from autotune.cli.progress import RichReporter
 
     store = ctx.store()
     store.get_study(name)
     summary = api.run_study(
-        store, name, ray_address=ray_address, max_engines=max_engines, max_configs=max_configs,
-        reporter=RichReporter(console()), log_to_driver=verbose,
+        store,
+        name,
+        ray_address=ray_address,
+        max_engines=max_engines,
+        max_configs=max_configs,
+        reporter=RichReporter(console()),
+        log_to_driver=verbose,
     )
     click.echo(
         f"{summary.trials_run} engine configs measured, {summary.trials_failed} failed, "
@@ -259,8 +329,14 @@ def _run(ctx: Context, name: str, ray_address: str | None, max_engines: int | No
 @click.argument("name")
 @_run_options
 @pass_ctx
-def run(ctx: Context, name: str, ray_address: str | None, max_engines: int | None,
-        max_configs: int | None, verbose: bool) -> None:
+def run(
+    ctx: Context,
+    name: str,
+    ray_address: str | None,
+    max_engines: int | None,
+    max_configs: int | None,
+    verbose: bool,
+) -> None:
     """Measure a study's engine configs until its space or budget is exhausted.
 
     Each engine config starts one vLLM engine in a Ray actor, which measures every
@@ -279,8 +355,14 @@ def run(ctx: Context, name: str, ray_address: str | None, max_engines: int | Non
 @click.argument("name")
 @_run_options
 @pass_ctx
-def resume(ctx: Context, name: str, ray_address: str | None, max_engines: int | None,
-           max_configs: int | None, verbose: bool) -> None:
+def resume(
+    ctx: Context,
+    name: str,
+    ray_address: str | None,
+    max_engines: int | None,
+    max_configs: int | None,
+    verbose: bool,
+) -> None:
     """Continue an interrupted study without re-measuring completed configs.
 
     Trials a killed driver left running are marked interrupted and measured again.

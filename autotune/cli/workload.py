@@ -34,12 +34,19 @@ def list_(as_json: bool) -> None:
     """
     from autotune.spec.loader import list_workload_names, load_workload
 
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name in list_workload_names():
         spec, path = load_workload(name)
-        rows.append({"name": spec.name, "kind": spec.source.kind, "num_prompts": spec.num_prompts,
-                     "max_tokens": spec.max_tokens, "description": spec.description,
-                     "path": str(path)})
+        rows.append(
+            {
+                "name": spec.name,
+                "kind": spec.source.kind,
+                "num_prompts": spec.num_prompts,
+                "max_tokens": spec.max_tokens,
+                "description": spec.description,
+                "path": str(path),
+            }
+        )
     if as_json:
         echo_json(rows)
         return
@@ -47,17 +54,22 @@ def list_(as_json: bool) -> None:
 
     table = Table("name", "kind", "prompts", "max_tokens", "description")
     for r in rows:
-        table.add_row(r["name"], r["kind"], str(r["num_prompts"]), str(r["max_tokens"]),
-                      r["description"])
+        table.add_row(
+            r["name"], r["kind"], str(r["num_prompts"]), str(r["max_tokens"]), r["description"]
+        )
     console().print(table)
 
 
 @workload.command("show")
 @click.argument("name")
 @click.option("--count", type=int, default=3, show_default=True, help="Sample prompts to print.")
-@click.option("--tokenizer", default=None, metavar="MODEL",
-              help="Count tokens with this model's tokenizer (HF id, path or tiny:NAME) "
-              "[default: the tokenizer of autotune's tiny CPU model].")
+@click.option(
+    "--tokenizer",
+    default=None,
+    metavar="MODEL",
+    help="Count tokens with this model's tokenizer (HF id, path or tiny:NAME) "
+    "[default: the tokenizer of autotune's tiny CPU model].",
+)
 @json_option
 def show(name: str, count: int, tokenizer: str | None, as_json: bool) -> None:
     """Show a workload: its settings, sample prompts and token statistics.
@@ -76,16 +88,25 @@ def show(name: str, count: int, tokenizer: str | None, as_json: bool) -> None:
     tok = _tokenizer(tok_name)
     stats = token_stats(list(prepared.prompts), tok)
     if as_json:
-        echo_json({"name": spec.name, "digest": prepared.digest, "spec": spec.model_dump(mode="json"),
-                   "tokenizer": tok_name, "stats": stats,
-                   "samples": [p.text for p in prepared.prompts[:count]]})
+        echo_json(
+            {
+                "name": spec.name,
+                "digest": prepared.digest,
+                "spec": spec.model_dump(mode="json"),
+                "tokenizer": tok_name,
+                "stats": stats,
+                "samples": [p.text for p in prepared.prompts[:count]],
+            }
+        )
         return
     con = console()
     con.print(f"[bold]{spec.name}[/bold]  {spec.source.kind}  ({path})")
     if spec.description:
         con.print(spec.description)
-    con.print(f"prompts {len(prepared.prompts)}  max_tokens {spec.max_tokens}  "
-              f"temperature {spec.temperature}  seed {spec.seed}  chat_template {spec.chat_template}")
+    con.print(
+        f"prompts {len(prepared.prompts)}  max_tokens {spec.max_tokens}  "
+        f"temperature {spec.temperature}  seed {spec.seed}  chat_template {spec.chat_template}"
+    )
     con.print(f"digest  {prepared.digest}")
     con.print(f"tokens  ({tok_name})  " + "  ".join(f"{k} {_fmt(v)}" for k, v in stats.items()))
     for i, p in enumerate(prepared.prompts[:count]):
@@ -112,6 +133,7 @@ def _tokenizer(name: str) -> Any:
         name = resolve(name)
     try:
         return AutoTokenizer.from_pretrained(name)
-    except Exception as exc:  # noqa: BLE001 - any loading failure is the user's argument
-        raise SpecError(f"cannot load tokenizer: {str(exc).splitlines()[0]}",
-                        source="--tokenizer") from None
+    except Exception as exc:
+        raise SpecError(
+            f"cannot load tokenizer: {str(exc).splitlines()[0]}", source="--tokenizer"
+        ) from None

@@ -121,12 +121,13 @@ class Measurement:
     measure_s: float
     output_throughput_tok_s: float
     request_throughput_req_s: float
-    ttft_ms_p50: float
-    ttft_ms_p99: float
-    tpot_ms_p50: float
-    tpot_ms_p99: float
-    itl_ms_p50: float
-    itl_ms_p99: float
+    ttft_ms_p50: float | None = None
+    ttft_ms_p99: float | None = None
+    tpot_ms_p50: float | None = None
+    tpot_ms_p99: float | None = None
+    itl_ms_p50: float | None = None
+    itl_ms_p99: float | None = None
+    """Latencies; None where the backend has none (a replayed landscape records throughput)."""
     num_drafts: int = 0
     num_draft_tokens: int = 0
     num_accepted_tokens: int = 0

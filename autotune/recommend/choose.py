@@ -22,19 +22,32 @@ DEFAULT_TIE_PCT = 1.0
 class MeasuredRow(Protocol):
     """What choosing needs of a measurement (MeasurementRecord satisfies it)."""
 
-    trial_id: int
-    method: str
-    draft: str | None
-    num_speculative_tokens: int
-    speculative_config: dict[str, Any] | None
-    workload: str
-    workload_digest: str
-    concurrency: int
-    output_throughput_tok_s: float
-    num_drafts: int
-    num_accepted_tokens: int
-    accepted_per_pos: tuple[int, ...]
-    created_at: Any
+    @property
+    def trial_id(self) -> int: ...
+    @property
+    def method(self) -> str: ...
+    @property
+    def draft(self) -> str | None: ...
+    @property
+    def num_speculative_tokens(self) -> int: ...
+    @property
+    def speculative_config(self) -> dict[str, Any] | None: ...
+    @property
+    def workload(self) -> str: ...
+    @property
+    def workload_digest(self) -> str: ...
+    @property
+    def concurrency(self) -> int: ...
+    @property
+    def output_throughput_tok_s(self) -> float: ...
+    @property
+    def num_drafts(self) -> int: ...
+    @property
+    def num_accepted_tokens(self) -> int: ...
+    @property
+    def accepted_per_pos(self) -> tuple[int, ...]: ...
+    @property
+    def created_at(self) -> Any: ...
 
 
 @dataclass(frozen=True)
@@ -165,7 +178,8 @@ def choose(
     """The recommendation for one cell, or None when nothing was measured there."""
     digest = latest_digest(rows, workload)
     cell = [
-        r for r in rows
+        r
+        for r in rows
         if r.workload == workload and r.concurrency == concurrency and r.workload_digest == digest
     ]
     if not cell or digest is None:
@@ -232,12 +246,16 @@ def choose_overall(
         return None
     proxies = [
         ConfigScore(
-            method=g[0].method, draft=g[0].draft, num_speculative_tokens=g[0].num_speculative_tokens,
+            method=g[0].method,
+            draft=g[0].draft,
+            num_speculative_tokens=g[0].num_speculative_tokens,
             speculative_config=g[0].speculative_config,
             trial_ids=tuple(sorted({t for s in g for t in s.trial_ids})),
             throughputs=tuple(t for s in g for t in s.throughputs),
             median_tok_s=statistics.geometric_mean([max(s.median_tok_s, 1e-9) for s in g]),
-            mad_tok_s=0.0, score_tok_s=geo, spread_pct=max(s.spread_pct for s in g),
+            mad_tok_s=0.0,
+            score_tok_s=geo,
+            spread_pct=max(s.spread_pct for s in g),
             mean_acceptance_length=g[0].mean_acceptance_length,
             acceptance_per_pos=g[0].acceptance_per_pos,
         )
@@ -247,7 +265,12 @@ def choose_overall(
     threshold = max(s.score_tok_s for s in proxies) * (1.0 - tie_pct / 100.0)
     baseline = next((s for s in proxies if s.is_baseline), None)
     return Choice(
-        workload=workload, workload_digest=levels[0].workload_digest, concurrency=0,
-        best=ranked[0], runner_up=ranked[1] if len(ranked) > 1 else None, baseline=baseline,
-        tied=tuple(s for s in ranked if s.score_tok_s >= threshold), ranked=tuple(ranked),
+        workload=workload,
+        workload_digest=levels[0].workload_digest,
+        concurrency=0,
+        best=ranked[0],
+        runner_up=ranked[1] if len(ranked) > 1 else None,
+        baseline=baseline,
+        tied=tuple(s for s in ranked if s.score_tok_s >= threshold),
+        ranked=tuple(ranked),
     )

@@ -86,6 +86,21 @@ class SearchSpace:
             params[option.n_param] = n
         return params
 
+    def params_for(self, config: EngineConfig) -> dict[str, Any]:
+        """Optuna params of a config of this space (for ``enqueue_trial``)."""
+        for option in self.options:
+            if (option.method, option.draft, dict(option.params)) == (
+                config.method,
+                config.draft,
+                dict(config.method_params),
+            ) and config.num_speculative_tokens in option.n_values:
+                params = self.params(option, config.num_speculative_tokens)
+                lo, hi = option.n_values[0], option.n_values[-1]
+                if lo == hi:
+                    params.pop(option.n_param, None)
+                return params
+        raise KeyError(f"{config.label()} is not in the search space")
+
     def suggest(self, trial: Any) -> EngineConfig:
         """Define-by-run sampling of one engine config on an Optuna trial."""
         name = trial.suggest_categorical(OPTION, [o.name for o in self.options])

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -25,11 +25,17 @@ from autotune.cluster.jobs import (
     TrialEvent,
     TrialJob,
 )
-from autotune.engine._base import EngineConfig, EngineInfo, Measurement, MeasureSettings
-from autotune.search.samplers import make_sampler
+from autotune.engine._base import (
+    EngineConfig,
+    EngineInfo,
+    Measurement,
+    MeasureSettings,
+    PreparedWorkload,
+)
+from autotune.search.samplers import make_sampler, make_strategy
 from autotune.search.space import SearchSpace
 from autotune.spec.loader import ResolvedStudy
-from autotune.store import Store, StudyRecord
+from autotune.store import MeasurementRecord, Store, StudyRecord
 
 
 class Pool(Protocol):
@@ -93,6 +99,29 @@ class RunSummary:
     failures: list[tuple[str, str]] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class SearchState:
+    """What a strategy sees when a pool slot is free."""
+
+    study: ResolvedStudy
+    space: SearchSpace
+    rows: Sequence[MeasurementRecord]
+    """Every stored measurement of completed trials of this study."""
+    done: Mapping[str, float | None]
+    """Config key -> trial value (None: the config failed)."""
+    in_flight: frozenset[str]
+    """Config keys being measured now."""
+
+
+class Strategy(Protocol):
+    """Decides which engine config to start next (the default, model-guided search)."""
+
+    def propose(self, state: SearchState) -> EngineConfig | None:
+        """The next config to start, or None when nothing is worth starting now (the tuner
+        stops once nothing is in flight either)."""
+        ...
+
+
 @dataclass
 class _InFlight:
     trial_id: int
@@ -103,9 +132,12 @@ class _InFlight:
 
 
 class _Throughput(Protocol):
-    workload: str
-    concurrency: int
-    output_throughput_tok_s: float
+    @property
+    def workload(self) -> str: ...
+    @property
+    def concurrency(self) -> int: ...
+    @property
+    def output_throughput_tok_s(self) -> float: ...
 
 
 def objective_value(measurements: Sequence[_Throughput]) -> float:
@@ -139,6 +171,7 @@ class Tuner:
         pool_factory: Callable[[ResolvedStudy], Pool],
         reporter: Reporter | None = None,
         prepare_workload: Callable[..., Any] | None = None,
+        strategy: Strategy | None = None,
     ):
         self.store = store
         self.record = study
@@ -147,6 +180,7 @@ class Tuner:
         self.pool_factory = pool_factory
         self.reporter = reporter or SilentReporter()
         self._prepare = prepare_workload
+        self.strategy = strategy or make_strategy(self.study.spec.sampler, self.study)
 
     # --- the loop -----------------------------------------------------------------------------
 
@@ -214,6 +248,22 @@ class Tuner:
                         stop_reason = stop_reason or "every engine config in the space was measured"
                         exhausted = True
                         break
+                    if self.strategy is not None:
+                        proposal = self.strategy.propose(
+                            SearchState(
+                                study=self.study,
+                                space=self.space,
+                                rows=self.store.measurements(study=self.record.name),
+                                done=dict(done),
+                                in_flight=frozenset(in_flight_keys),
+                            )
+                        )
+                        if proposal is None:
+                            if not inflight:
+                                stop_reason = "no unmeasured config can beat the measured best"
+                                exhausted = True
+                            break  # wait for the configs in flight, then ask again
+                        ostudy.enqueue_trial(self.space.params_for(proposal))
                     trial = ostudy.ask()
                     config = self.space.suggest(trial)
                     key = config.key()
@@ -280,7 +330,9 @@ class Tuner:
                             self.reporter.trial_finished(run.config, value, None, self._best(done))
                         else:
                             self.store.finish_trial(
-                                run.trial_id, state="failed", engine_seconds=seconds,
+                                run.trial_id,
+                                state="failed",
+                                engine_seconds=seconds,
                                 failure_reason=event.reason,
                             )
                             done[key] = None
@@ -343,12 +395,29 @@ class Tuner:
             return f"--max-configs {max_configs}"
         return ""
 
-    def _prepare_workloads(self) -> list[Any]:
+    def _prepare_workloads(self) -> list[PreparedWorkload]:
+        study = self.study
+        if study.landscape is not None:
+            from autotune.engine.landscape import digest
+
+            d = digest(Path(study.landscape))
+            return [
+                PreparedWorkload(name=w, digest=f"landscape:{d}:{w}", prompts=())
+                for w in study.spec.workloads
+            ]
         prepare = self._prepare
         if prepare is None:
             from autotune.datasets import prepare as prepare_fn
 
             prepare = prepare_fn
-        return [
-            prepare(w.spec, Path(w.base_dir)) for w in self.study.workloads.values()
-        ]
+        m = study.spec.measurement
+        prepared = []
+        for w in study.workloads.values():
+            spec = w.spec
+            caps: dict[str, Any] = {}
+            if m.max_prompts is not None and m.max_prompts < spec.num_prompts:
+                caps["num_prompts"] = m.max_prompts
+            if m.max_tokens is not None and m.max_tokens < spec.max_tokens:
+                caps["max_tokens"] = m.max_tokens
+            prepared.append(prepare(spec.model_copy(update=caps), Path(w.base_dir)))
+        return prepared

@@ -159,6 +159,7 @@ class ResolvedStudy(StrictModel):
     methods: list[ResolvedMethod] = Field(description="Methods to search.")
     workloads: dict[str, ResolvedWorkload] = Field(description="Workloads by name.")
     warnings: list[str] = Field(default_factory=list, description="Rule warnings.")
+    landscape: str | None = Field(None, description="Absolute path of a replayed landscape.")
 
     def to_json(self) -> str:
         return self.model_dump_json()
@@ -199,8 +200,9 @@ def resolve_study(spec: StudySpec, source: str, platform: str | None = None) -> 
     alias, entry = found if found else (None, None)
 
     model = entry.model if entry else spec.model.name
-    tp = spec.model.tensor_parallel_size or (_catalog_tp(entry.tensor_parallel_size, platform)
-                                             if entry else 1)
+    tp = spec.model.tensor_parallel_size or (
+        _catalog_tp(entry.tensor_parallel_size, platform) if entry else 1
+    )
     engine_args = {**(entry.engine_args if entry else {}), **spec.model.engine_args}
     env = {**(entry.env if entry else {}), **spec.model.env}
 
@@ -208,17 +210,18 @@ def resolve_study(spec: StudySpec, source: str, platform: str | None = None) -> 
     if not method_specs:
         if entry is None:
             raise SpecError(
-                "no methods given and the model is not in the catalog", source=source,
+                "no methods given and the model is not in the catalog",
+                source=source,
                 field="methods",
             )
-        method_specs = [MethodSpec(method=m) for m in entry.methods]  # type: ignore[arg-type]
+        method_specs = [MethodSpec(method=m) for m in entry.methods]
 
     warnings: list[str] = []
     methods: list[ResolvedMethod] = []
     for i, m in enumerate(method_specs):
         field = f"methods.{i}"
         rule = METHODS[m.method]
-        cat = entry.methods.get(m.method) if entry else None  # type: ignore[call-overload]
+        cat = entry.methods.get(m.method) if entry else None
         draft = m.draft or (cat.draft if cat else None)
         if rule.needs_draft and not draft:
             raise SpecError(
@@ -227,15 +230,17 @@ def resolve_study(spec: StudySpec, source: str, platform: str | None = None) -> 
                 source=source,
                 field=f"{field}.draft",
             )
-        if not rule.needs_draft and m.draft:
+        if not rule.accepts_draft and m.draft:
             raise SpecError(
-                f"method {m.method} takes no draft checkpoint", source=source,
+                f"method {m.method} takes no draft checkpoint",
+                source=source,
                 field=f"{field}.draft",
             )
         if rule.requires_package and importlib.util.find_spec(rule.requires_package) is None:
             raise SpecError(
                 f"method {m.method} needs the {rule.requires_package} package installed",
-                source=source, field=f"{field}.method",
+                source=source,
+                field=f"{field}.method",
             )
         ctx = RuleContext(
             mtp_layers=entry.mtp_layers if entry else None,
@@ -253,41 +258,62 @@ def resolve_study(spec: StudySpec, source: str, platform: str | None = None) -> 
         params = {**(cat.params if cat else {}), **m.params}
         result = check(m.method, n_range.values(), params, ctx)
         if result.errors:
-            sub = "num_speculative_tokens" if "num_speculative_tokens" in result.errors[0] else (
-                "params" if "param" in result.errors[0] or "prompt_lookup" in result.errors[0]
-                else "draft" if "vocabulary" in result.errors[0] else "method")
+            sub = (
+                "num_speculative_tokens"
+                if "num_speculative_tokens" in result.errors[0]
+                else (
+                    "params"
+                    if "param" in result.errors[0] or "prompt_lookup" in result.errors[0]
+                    else "draft"
+                    if "vocabulary" in result.errors[0]
+                    else "method"
+                )
+            )
             raise SpecError(result.errors[0], source=source, field=f"{field}.{sub}")
         warnings.extend(f"{field}: {w}" for w in result.warnings)
         if platform == "cpu" and not rule.runs_on_cpu:
             warnings.append(f"{field}: {m.method} does not run on vLLM's CPU build")
         methods.append(
             ResolvedMethod(
-                method=m.method, draft=draft, num_speculative_tokens=n_range, params=params,
-                parallel_draft=rule.parallel_draft, prefix_consistent=rule.prefix_consistent,
+                method=m.method,
+                draft=draft,
+                num_speculative_tokens=n_range,
+                params=params,
+                parallel_draft=rule.parallel_draft,
+                prefix_consistent=rule.prefix_consistent,
             )
         )
 
     workloads: dict[str, ResolvedWorkload] = {}
-    for i, name in enumerate(spec.workloads):
-        try:
-            wspec, wpath = load_workload(name)
-        except SpecError as exc:
-            if exc.source == "workloads":  # unknown name: point at the study's field
-                raise SpecError(exc.reason, source=source, field=f"workloads.{i}") from None
-            raise
-        workloads[name] = ResolvedWorkload(spec=wspec, base_dir=str(wpath.parent.resolve()))
-
+    landscape: Path | None = None
     if spec.engine.kind == "replay":
+        # A replayed study's workloads are the landscape's names, not workload files.
         landscape = Path(spec.engine.landscape)
         if not landscape.is_absolute():
-            landscape = (Path(source).parent / landscape)
+            landscape = Path(source).parent / landscape
         if not landscape.is_file():
             raise SpecError("landscape file not found", source=source, field="engine.landscape")
+    else:
+        for i, name in enumerate(spec.workloads):
+            try:
+                wspec, wpath = load_workload(name)
+            except SpecError as exc:
+                if exc.source == "workloads":  # unknown name: point at the study's field
+                    raise SpecError(exc.reason, source=source, field=f"workloads.{i}") from None
+                raise
+            workloads[name] = ResolvedWorkload(spec=wspec, base_dir=str(wpath.parent.resolve()))
 
     return ResolvedStudy(
-        spec=spec, model_alias=alias, model=model, tensor_parallel_size=tp,
-        engine_args=engine_args, env=env, methods=methods, workloads=workloads,
+        spec=spec,
+        model_alias=alias,
+        model=model,
+        tensor_parallel_size=tp,
+        engine_args=engine_args,
+        env=env,
+        methods=methods,
+        workloads=workloads,
         warnings=warnings,
+        landscape=str(landscape.resolve()) if landscape else None,
     )
 
 
@@ -331,4 +357,3 @@ def _vocab_sizes(method: str, model: str, draft: str | None) -> dict[str, int | 
     if not t or not d:
         return {}
     return {"target_vocab_size": t.get("vocab_size"), "draft_vocab_size": d.get("vocab_size")}
-

@@ -37,6 +37,9 @@ class MethodRule:
     prefix_consistent: bool
     """True when the token drafted at position i does not depend on N, so one run at N_max
     measures the acceptance of every smaller N."""
+    accepts_draft: bool = True
+    """False for methods that draft without a checkpoint (ngram, suffix); mtp takes one only for
+    models whose MTP head ships separately (Gemma 4's assistant checkpoint)."""
     params: Mapping[str, tuple[int, int]] = field(default_factory=dict)
     """Integer method parameters vLLM accepts, with their allowed (min, max)."""
     requires_package: str | None = None
@@ -52,6 +55,7 @@ METHODS: dict[str, MethodRule] = {
         needs_draft=False,
         parallel_draft=False,
         prefix_consistent=True,
+        accepts_draft=False,
         params={"prompt_lookup_min": (1, 32), "prompt_lookup_max": (1, 32)},
         description="prompt lookup: copies the continuation of the last matching n-gram",
     ),
@@ -96,6 +100,7 @@ METHODS: dict[str, MethodRule] = {
         needs_draft=False,
         parallel_draft=False,
         prefix_consistent=False,
+        accepts_draft=False,
         requires_package="arctic_inference",
         description="suffix decoding over prompts and past outputs (needs arctic-inference)",
     ),

@@ -53,8 +53,9 @@ class MethodSpec(StrictModel):
 class ModelSpec(StrictModel):
     """The target model and how its engine is started."""
 
-    name: str = Field(description="Catalog alias (kimi, gemma4, qwen, minimax, tiny), "
-                      "or an HF id / local path.")
+    name: str = Field(
+        description="Catalog alias (kimi, gemma4, qwen, minimax, tiny), or an HF id / local path."
+    )
     tensor_parallel_size: int | None = Field(
         None, ge=1, le=64, description="GPUs per engine. Defaults to the catalog's for the model."
     )
@@ -92,7 +93,9 @@ class BudgetSpec(StrictModel):
     """When the search stops spending engine time."""
 
     max_engine_configs: int | None = Field(
-        None, ge=1, description="At most this many engine configs (engine starts), baseline included."
+        None,
+        ge=1,
+        description="At most this many engine configs (engine starts), baseline included.",
     )
     max_engine_hours: float | None = Field(
         None, gt=0, description="At most this many engine-hours (start + measurement)."
@@ -164,12 +167,12 @@ class StudySpec(StrictModel):
         description="What a trial scores: the geometric mean of output tokens/s over "
         "(workload, concurrency), so every cell counts by its relative change.",
     )
-    budget: BudgetSpec = Field(default_factory=BudgetSpec, description="When to stop.")
+    budget: BudgetSpec = Field(default_factory=lambda: BudgetSpec(), description="When to stop.")
     sampler: Sampler = Field("grid", description="Optuna sampler that proposes engine configs.")
     seed: int = Field(0, ge=0, description="Seed of the sampler.")
     engine: EngineSpec = Field(default_factory=VLLMEngineSpec, description="Engine backend.")
     measurement: MeasurementSpec = Field(
-        default_factory=MeasurementSpec, description="Measurement protocol."
+        default_factory=lambda: MeasurementSpec(), description="Measurement protocol."
     )
 
     @field_validator("workloads")

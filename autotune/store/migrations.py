@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from sqlalchemy import Connection, inspect, select, text
+from sqlalchemy import Connection, insert, inspect, select, text, update
 
 from autotune.errors import StoreError
 from autotune.store.tables import Base, MetaRow
@@ -46,7 +46,7 @@ def upgrade(conn: Connection, target: int = SCHEMA_VERSION) -> int:
     version = current_version(conn)
     if version is None:
         Base.metadata.create_all(conn)
-        conn.execute(MetaRow.__table__.insert().values(key="schema_version", value=str(target)))
+        conn.execute(insert(MetaRow).values(key="schema_version", value=str(target)))
         return target
     if version > target:
         raise StoreError(
@@ -60,9 +60,7 @@ def upgrade(conn: Connection, target: int = SCHEMA_VERSION) -> int:
         step(conn)
         version += 1
         conn.execute(
-            MetaRow.__table__.update()
-            .where(MetaRow.key == "schema_version")
-            .values(value=str(version))
+            update(MetaRow).where(MetaRow.key == "schema_version").values(value=str(version))
         )
     # Tables added in later versions (create_all skips existing ones).
     Base.metadata.create_all(conn)

@@ -73,12 +73,12 @@ class MeasurementRecord:
     measure_s: float
     output_throughput_tok_s: float
     request_throughput_req_s: float
-    ttft_ms_p50: float
-    ttft_ms_p99: float
-    tpot_ms_p50: float
-    tpot_ms_p99: float
-    itl_ms_p50: float
-    itl_ms_p99: float
+    ttft_ms_p50: float | None
+    ttft_ms_p99: float | None
+    tpot_ms_p50: float | None
+    tpot_ms_p99: float | None
+    itl_ms_p50: float | None
+    itl_ms_p99: float | None
     num_drafts: int
     num_draft_tokens: int
     num_accepted_tokens: int

@@ -14,7 +14,7 @@ from typing import Any
 
 from sqlalchemy import Engine, create_engine, event, func, select
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from autotune.engine._base import EngineConfig, EngineInfo, Measurement
@@ -48,7 +48,11 @@ def resolve_url(db: str | None = None) -> str:
 
 def _sqlite_path(url: str) -> Path | None:
     parsed = make_url(url)
-    if parsed.get_backend_name() != "sqlite" or not parsed.database or parsed.database == ":memory:":
+    if (
+        parsed.get_backend_name() != "sqlite"
+        or not parsed.database
+        or parsed.database == ":memory:"
+    ):
         return None
     return Path(parsed.database)
 
@@ -155,7 +159,9 @@ class Store:
                 return self._study_record(s, row)
         except StoreError as exc:
             if "UNIQUE" in str(exc).upper():  # a concurrent create won the race
-                raise SpecError(f"study {name!r} already exists", source=source, field="name") from None
+                raise SpecError(
+                    f"study {name!r} already exists", source=source, field="name"
+                ) from None
             raise
 
     def get_study(self, name: str) -> StudyRecord:
@@ -191,20 +197,33 @@ class Store:
 
     def _study_record(self, s: Session, row: StudyRow) -> StudyRecord:
         counts = s.execute(
-            select(TrialRow.state, func.count()).where(TrialRow.study_id == row.id)
+            select(TrialRow.state, func.count())
+            .where(TrialRow.study_id == row.id)
             .group_by(TrialRow.state)
         ).all()
         by_state = {state: n for state, n in counts}
-        n_meas = s.scalar(
-            select(func.count(MeasurementRow.id)).join(TrialRow)
-            .where(TrialRow.study_id == row.id)
-        ) or 0
+        n_meas = (
+            s.scalar(
+                select(func.count(MeasurementRow.id))
+                .join(TrialRow)
+                .where(TrialRow.study_id == row.id)
+            )
+            or 0
+        )
         return StudyRecord(
-            id=row.id, name=row.name, description=row.description, model_alias=row.model_alias,
-            model=row.model, source=row.source, resolved_json=row.resolved_json,
-            optuna_study_name=row.optuna_study_name, status=row.status,
-            created_at=row.created_at, updated_at=row.updated_at,
-            num_trials=sum(by_state.values()), num_failed=by_state.get("failed", 0),
+            id=row.id,
+            name=row.name,
+            description=row.description,
+            model_alias=row.model_alias,
+            model=row.model,
+            source=row.source,
+            resolved_json=row.resolved_json,
+            optuna_study_name=row.optuna_study_name,
+            status=row.status,
+            created_at=row.created_at,
+            updated_at=row.updated_at,
+            num_trials=sum(by_state.values()),
+            num_failed=by_state.get("failed", 0),
             num_measurements=n_meas,
         )
 
@@ -214,17 +233,23 @@ class Store:
         self, study: StudyRecord, config: EngineConfig, optuna_trial_number: int | None
     ) -> int:
         with self.session() as s:
-            number = s.scalar(
-                select(func.count(TrialRow.id)).where(TrialRow.study_id == study.id)
-            ) or 0
+            number = (
+                s.scalar(select(func.count(TrialRow.id)).where(TrialRow.study_id == study.id)) or 0
+            )
             row = TrialRow(
-                study_id=study.id, number=number, optuna_trial_number=optuna_trial_number,
-                config_key=config.key(), method=config.method, draft=config.draft,
+                study_id=study.id,
+                number=number,
+                optuna_trial_number=optuna_trial_number,
+                config_key=config.key(),
+                method=config.method,
+                draft=config.draft,
                 num_speculative_tokens=config.num_speculative_tokens,
                 method_params=dict(config.method_params),
                 speculative_config=config.speculative_config(),
-                engine_args=dict(config.engine_args), env=dict(config.env),
-                tensor_parallel_size=config.tensor_parallel_size, state="running",
+                engine_args=dict(config.engine_args),
+                env=dict(config.env),
+                tensor_parallel_size=config.tensor_parallel_size,
+                state="running",
             )
             s.add(row)
             s.flush()
@@ -247,27 +272,44 @@ class Store:
         with self.session() as s:
             s.add(
                 MeasurementRow(
-                    trial_id=trial_id, workload=m.workload, workload_digest=m.workload_digest,
-                    concurrency=m.concurrency, repeat=m.repeat, seed=m.seed,
-                    num_requests=m.num_requests, num_prompt_tokens=m.num_prompt_tokens,
-                    num_output_tokens=m.num_output_tokens, measure_s=m.measure_s,
+                    trial_id=trial_id,
+                    workload=m.workload,
+                    workload_digest=m.workload_digest,
+                    concurrency=m.concurrency,
+                    repeat=m.repeat,
+                    seed=m.seed,
+                    num_requests=m.num_requests,
+                    num_prompt_tokens=m.num_prompt_tokens,
+                    num_output_tokens=m.num_output_tokens,
+                    measure_s=m.measure_s,
                     output_throughput_tok_s=m.output_throughput_tok_s,
                     request_throughput_req_s=m.request_throughput_req_s,
-                    ttft_ms_p50=m.ttft_ms_p50, ttft_ms_p99=m.ttft_ms_p99,
-                    tpot_ms_p50=m.tpot_ms_p50, tpot_ms_p99=m.tpot_ms_p99,
-                    itl_ms_p50=m.itl_ms_p50, itl_ms_p99=m.itl_ms_p99,
-                    num_drafts=m.num_drafts, num_draft_tokens=m.num_draft_tokens,
+                    ttft_ms_p50=m.ttft_ms_p50,
+                    ttft_ms_p99=m.ttft_ms_p99,
+                    tpot_ms_p50=m.tpot_ms_p50,
+                    tpot_ms_p99=m.tpot_ms_p99,
+                    itl_ms_p50=m.itl_ms_p50,
+                    itl_ms_p99=m.itl_ms_p99,
+                    num_drafts=m.num_drafts,
+                    num_draft_tokens=m.num_draft_tokens,
                     num_accepted_tokens=m.num_accepted_tokens,
                     accepted_per_pos=list(m.accepted_per_pos),
                     mean_acceptance_length=m.mean_acceptance_length,
-                    max_inflight=m.max_inflight, vllm_version=info.vllm_version,
-                    device_name=info.device_name, device_arch=info.device_arch,
-                    engine_args=dict(config.engine_args), env=dict(config.env),
+                    max_inflight=m.max_inflight,
+                    vllm_version=info.vllm_version,
+                    device_name=info.device_name,
+                    device_arch=info.device_arch,
+                    engine_args=dict(config.engine_args),
+                    env=dict(config.env),
                 )
             )
 
     def finish_trial(
-        self, trial_id: int, *, state: str, engine_seconds: float,
+        self,
+        trial_id: int,
+        *,
+        state: str,
+        engine_seconds: float,
         failure_reason: str | None = None,
     ) -> None:
         if state not in ("complete", "failed"):
@@ -334,36 +376,57 @@ class Store:
     # --- recommendations --------------------------------------------------------------------
 
     def save_recommendation(
-        self, study: StudyRecord, *, workload: str, workload_digest: str, concurrency: int,
-        trial_id: int | None, speculative_config: Mapping[str, Any] | None,
-        output_throughput_tok_s: float, baseline_tok_s: float | None, speedup: float | None,
+        self,
+        study: StudyRecord,
+        *,
+        workload: str,
+        workload_digest: str,
+        concurrency: int,
+        trial_id: int | None,
+        speculative_config: Mapping[str, Any] | None,
+        output_throughput_tok_s: float,
+        baseline_tok_s: float | None,
+        speedup: float | None,
     ) -> None:
         with self.session() as s:
             s.add(
                 RecommendationRow(
-                    study_id=study.id, model=study.model, model_alias=study.model_alias,
-                    workload=workload, workload_digest=workload_digest, concurrency=concurrency,
+                    study_id=study.id,
+                    model=study.model,
+                    model_alias=study.model_alias,
+                    workload=workload,
+                    workload_digest=workload_digest,
+                    concurrency=concurrency,
                     trial_id=trial_id,
                     speculative_config=dict(speculative_config) if speculative_config else None,
                     output_throughput_tok_s=output_throughput_tok_s,
-                    baseline_tok_s=baseline_tok_s, speedup=speedup,
+                    baseline_tok_s=baseline_tok_s,
+                    speedup=speedup,
                 )
             )
 
     def recommendations(self, study: StudyRecord) -> list[RecommendationRecord]:
         with self.session() as s:
             rows = s.scalars(
-                select(RecommendationRow).where(RecommendationRow.study_id == study.id)
+                select(RecommendationRow)
+                .where(RecommendationRow.study_id == study.id)
                 .order_by(RecommendationRow.id)
             ).all()
             return [
                 RecommendationRecord(
-                    id=r.id, study=study.name, model=r.model, model_alias=r.model_alias,
-                    workload=r.workload, workload_digest=r.workload_digest,
-                    concurrency=r.concurrency, trial_id=r.trial_id,
+                    id=r.id,
+                    study=study.name,
+                    model=r.model,
+                    model_alias=r.model_alias,
+                    workload=r.workload,
+                    workload_digest=r.workload_digest,
+                    concurrency=r.concurrency,
+                    trial_id=r.trial_id,
                     speculative_config=r.speculative_config,
                     output_throughput_tok_s=r.output_throughput_tok_s,
-                    baseline_tok_s=r.baseline_tok_s, speedup=r.speedup, source=r.source,
+                    baseline_tok_s=r.baseline_tok_s,
+                    speedup=r.speedup,
+                    source=r.source,
                     created_at=r.created_at,
                 )
                 for r in rows
@@ -385,35 +448,70 @@ def _one_line(exc: BaseException) -> str:
 
 def _trial_record(r: TrialRow) -> TrialRecord:
     return TrialRecord(
-        id=r.id, study_id=r.study_id, number=r.number,
-        optuna_trial_number=r.optuna_trial_number, config_key=r.config_key, method=r.method,
-        draft=r.draft, num_speculative_tokens=r.num_speculative_tokens,
-        method_params=dict(r.method_params or {}), speculative_config=r.speculative_config,
-        engine_args=dict(r.engine_args or {}), env=dict(r.env or {}),
-        tensor_parallel_size=r.tensor_parallel_size, state=r.state,
-        failure_reason=r.failure_reason, engine_start_s=r.engine_start_s,
-        engine_seconds=r.engine_seconds, vllm_version=r.vllm_version,
-        device_name=r.device_name, device_arch=r.device_arch, platform=r.platform,
-        started_at=r.started_at, finished_at=r.finished_at,
+        id=r.id,
+        study_id=r.study_id,
+        number=r.number,
+        optuna_trial_number=r.optuna_trial_number,
+        config_key=r.config_key,
+        method=r.method,
+        draft=r.draft,
+        num_speculative_tokens=r.num_speculative_tokens,
+        method_params=dict(r.method_params or {}),
+        speculative_config=r.speculative_config,
+        engine_args=dict(r.engine_args or {}),
+        env=dict(r.env or {}),
+        tensor_parallel_size=r.tensor_parallel_size,
+        state=r.state,
+        failure_reason=r.failure_reason,
+        engine_start_s=r.engine_start_s,
+        engine_seconds=r.engine_seconds,
+        vllm_version=r.vllm_version,
+        device_name=r.device_name,
+        device_arch=r.device_arch,
+        platform=r.platform,
+        started_at=r.started_at,
+        finished_at=r.finished_at,
     )
 
 
 def _measurement_record(m: MeasurementRow, t: TrialRow, st: StudyRow) -> MeasurementRecord:
     return MeasurementRecord(
-        id=m.id, trial_id=t.id, study=st.name, model=st.model, method=t.method, draft=t.draft,
+        id=m.id,
+        trial_id=t.id,
+        study=st.name,
+        model=st.model,
+        method=t.method,
+        draft=t.draft,
         num_speculative_tokens=t.num_speculative_tokens,
-        speculative_config=t.speculative_config, workload=m.workload,
-        workload_digest=m.workload_digest, concurrency=m.concurrency, repeat=m.repeat,
-        seed=m.seed, num_requests=m.num_requests, num_prompt_tokens=m.num_prompt_tokens,
-        num_output_tokens=m.num_output_tokens, measure_s=m.measure_s,
+        speculative_config=t.speculative_config,
+        workload=m.workload,
+        workload_digest=m.workload_digest,
+        concurrency=m.concurrency,
+        repeat=m.repeat,
+        seed=m.seed,
+        num_requests=m.num_requests,
+        num_prompt_tokens=m.num_prompt_tokens,
+        num_output_tokens=m.num_output_tokens,
+        measure_s=m.measure_s,
         output_throughput_tok_s=m.output_throughput_tok_s,
-        request_throughput_req_s=m.request_throughput_req_s, ttft_ms_p50=m.ttft_ms_p50,
-        ttft_ms_p99=m.ttft_ms_p99, tpot_ms_p50=m.tpot_ms_p50, tpot_ms_p99=m.tpot_ms_p99,
-        itl_ms_p50=m.itl_ms_p50, itl_ms_p99=m.itl_ms_p99, num_drafts=m.num_drafts,
-        num_draft_tokens=m.num_draft_tokens, num_accepted_tokens=m.num_accepted_tokens,
+        request_throughput_req_s=m.request_throughput_req_s,
+        ttft_ms_p50=m.ttft_ms_p50,
+        ttft_ms_p99=m.ttft_ms_p99,
+        tpot_ms_p50=m.tpot_ms_p50,
+        tpot_ms_p99=m.tpot_ms_p99,
+        itl_ms_p50=m.itl_ms_p50,
+        itl_ms_p99=m.itl_ms_p99,
+        num_drafts=m.num_drafts,
+        num_draft_tokens=m.num_draft_tokens,
+        num_accepted_tokens=m.num_accepted_tokens,
         accepted_per_pos=tuple(m.accepted_per_pos or ()),
-        mean_acceptance_length=m.mean_acceptance_length, max_inflight=m.max_inflight,
-        engine_start_s=t.engine_start_s, vllm_version=m.vllm_version,
-        device_name=m.device_name, device_arch=m.device_arch,
-        engine_args=dict(m.engine_args or {}), env=dict(m.env or {}), created_at=m.created_at,
+        mean_acceptance_length=m.mean_acceptance_length,
+        max_inflight=m.max_inflight,
+        engine_start_s=t.engine_start_s,
+        vllm_version=m.vllm_version,
+        device_name=m.device_name,
+        device_arch=m.device_arch,
+        engine_args=dict(m.engine_args or {}),
+        env=dict(m.env or {}),
+        created_at=m.created_at,
     )

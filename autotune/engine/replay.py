@@ -1,0 +1,108 @@
+"""The ``replay`` backend: serves a recorded landscape as if it were engines.
+
+Starting a config costs its recorded ``engine_start_s``; a measurement costs its recorded
+``measure_s`` and returns one recorded repeat, chosen with a seeded RNG. No time passes: the costs
+are reported, and the tuner's engine-second accounting adds them up. Nothing is invented: a
+config or cell the landscape did not record fails like an engine would.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+from collections import defaultdict
+from pathlib import Path
+
+from autotune.engine._base import (
+    Engine,
+    EngineConfig,
+    EngineInfo,
+    Measurement,
+    MeasureSettings,
+    PreparedWorkload,
+)
+from autotune.engine.landscape import LandscapePoint, digest, read_landscape
+from autotune.errors import EngineError
+
+REPLAY_DRAFTS = 1_000_000
+"""A landscape records acceptance rates, not counts: replayed counters are the rates scaled to
+this many drafts, so a_i and the acceptance length survive to six digits."""
+
+
+class ReplayEngine(Engine):
+    """Answers from a landscape CSV; one engine config at a time, like a real engine."""
+
+    def __init__(self, landscape: Path | str, seed: int = 0):
+        self.path = Path(landscape)
+        self.points = read_landscape(self.path)
+        self.digest = digest(self.path)
+        self.model = self.points[0].model
+        self._rng = random.Random(seed)
+        self._by_config: dict[tuple[str, str | None, int], list[LandscapePoint]] = defaultdict(list)
+        for p in self.points:
+            self._by_config[p.config].append(p)
+        self._current: tuple[str, str | None, int] | None = None
+
+    def workload_digest(self, workload: str) -> str:
+        return f"landscape:{self.digest}:{workload}"
+
+    def start(self, config: EngineConfig) -> EngineInfo:
+        key = (config.method, config.draft, config.num_speculative_tokens)
+        rows = self._by_config.get(key)
+        if not rows:
+            raise EngineError(
+                f"the landscape {self.path.name} has no {config.label()} (draft {config.draft})"
+            )
+        self._current = key
+        return EngineInfo(
+            engine_start_s=statistics.median(p.engine_start_s for p in rows),
+            vllm_version=f"replay:{self.path.name}",
+            device_name="replayed landscape",
+            device_arch="replay",
+            platform="replay",
+        )
+
+    def measure(
+        self,
+        workload: PreparedWorkload,
+        concurrency: int,
+        repeat: int,
+        settings: MeasureSettings,
+    ) -> Measurement:
+        if self._current is None:
+            raise EngineError("replay engine not started")
+        rows = [
+            p
+            for p in self._by_config[self._current]
+            if p.workload == workload.name and p.concurrency == concurrency
+        ]
+        if not rows:
+            raise EngineError(
+                f"the landscape has no {workload.name} at concurrency {concurrency} for "
+                f"{self._current[0]} N={self._current[2]}"
+            )
+        p = self._rng.choice(sorted(rows, key=lambda r: r.repeat))
+        accepted = tuple(round(a * REPLAY_DRAFTS) for a in p.acceptance_per_pos)
+        drafts = REPLAY_DRAFTS if p.acceptance_per_pos else 0
+        n_out = p.output_throughput_tok_s * p.measure_s
+        return Measurement(
+            workload=workload.name,
+            workload_digest=workload.digest,
+            concurrency=concurrency,
+            repeat=repeat,
+            seed=workload.seed,
+            num_requests=0,
+            num_prompt_tokens=0,
+            num_output_tokens=round(n_out),
+            measure_s=p.measure_s,
+            output_throughput_tok_s=p.output_throughput_tok_s,
+            request_throughput_req_s=0.0,
+            num_drafts=drafts,
+            num_draft_tokens=drafts * p.num_speculative_tokens,
+            num_accepted_tokens=sum(accepted),
+            accepted_per_pos=accepted,
+            max_inflight=concurrency,
+        )
+
+    def stop(self) -> None:
+        self._current = None
