@@ -6,6 +6,7 @@ records them as ordinary trials); the others are Optuna's own samplers.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 SAMPLERS = ("model", "grid", "random", "tpe", "gp")
@@ -19,7 +20,9 @@ def make_sampler(name: str, seed: int) -> Any:
         # Every trial is enqueued by the strategy; the sampler only fills unused params.
         return optuna.samplers.RandomSampler(seed=seed)
     if name == "grid":
-        return optuna.samplers.BruteForceSampler(seed=seed)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return optuna.samplers.BruteForceSampler(seed=seed)
     if name == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     if name == "tpe":

@@ -1,0 +1,134 @@
+"""The study store: WAL SQLite, the autotune_ prefix next to Optuna's tables, migrations."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, inspect, text
+
+from autotune.engine import EngineConfig, EngineInfo, Measurement
+from autotune.errors import NotFoundError, SpecError, StoreError
+from autotune.store import Store, migrations
+
+INFO = EngineInfo(12.5, "0.32.0", "test-cpu", "cpu", "cpu")
+
+
+def _measurement(**kw) -> Measurement:
+    base = dict(
+        workload="code", workload_digest="d1", concurrency=1, repeat=0, seed=0, num_requests=4,
+        num_prompt_tokens=100, num_output_tokens=400, measure_s=2.0,
+        output_throughput_tok_s=200.0, request_throughput_req_s=2.0, ttft_ms_p50=10.0,
+        num_drafts=100, num_draft_tokens=300, num_accepted_tokens=150,
+        accepted_per_pos=(80, 50, 20), max_inflight=1,
+    )
+    base.update(kw)
+    return Measurement(**base)
+
+
+def _study(store: Store, name: str = "s"):
+    return store.create_study(
+        name=name, description="", model_alias="tiny", model="tiny:llama", source="x.yaml",
+        resolved_json="{}",
+    )
+
+
+def test_read_only_use_creates_nothing(tmp_path: Path):
+    path = tmp_path / "sub" / "a.db"
+    store = Store(str(path))
+    assert store.list_studies() == []
+    assert store.measurements(model="tiny") == []
+    with pytest.raises(NotFoundError):
+        store.get_study("x")
+    assert not path.exists()
+
+
+def test_wal_and_prefix(tmp_path: Path):
+    path = tmp_path / "a.db"
+    store = Store(f"sqlite:///{path}")
+    _study(store)
+    engine = create_engine(f"sqlite:///{path}")
+    with engine.connect() as conn:
+        assert conn.execute(text("PRAGMA journal_mode")).scalar() == "wal"
+        tables = inspect(conn).get_table_names()
+    assert tables and all(t.startswith("autotune_") for t in tables)
+
+
+def test_roundtrip_and_cascade(tmp_path: Path):
+    store = Store(str(tmp_path / "a.db"))
+    study = _study(store)
+    config = EngineConfig(model="tiny:llama", method="eagle3", num_speculative_tokens=3,
+                          draft="tiny:eagle3", engine_args={"max_model_len": 1024})
+    tid = store.start_trial(study, config, optuna_trial_number=0)
+    store.record_engine(tid, INFO)
+    store.add_measurement(tid, _measurement(), INFO, config)
+    # A running trial's measurements are not results yet.
+    assert store.measurements(study="s") == []
+    store.finish_trial(tid, state="complete", engine_seconds=14.5)
+    (m,) = store.measurements(study="s", workload="code", concurrency=1)
+    assert m.method == "eagle3" and m.num_speculative_tokens == 3
+    assert m.accepted_per_pos == (80, 50, 20)
+    assert m.mean_acceptance_length == pytest.approx(2.5)
+    assert m.speculative_config == {"method": "eagle3", "model": "tiny:eagle3",
+                                    "num_speculative_tokens": 3}
+    assert m.vllm_version == "0.32.0" and m.engine_args == {"max_model_len": 1024}
+    assert m.engine_start_s == 12.5
+    with pytest.raises(AttributeError):
+        m.method = "x"  # type: ignore[misc]  # records are frozen
+    assert store.measurements(model="tiny:llama") and store.measurements(model="tiny")
+    store.delete_study("s")
+    assert store.measurements() == []
+
+
+def test_interrupted_trials_are_cleared(tmp_path: Path):
+    store = Store(str(tmp_path / "a.db"))
+    study = _study(store)
+    config = EngineConfig(model="tiny:llama")
+    tid = store.start_trial(study, config, 0)
+    store.add_measurement(tid, _measurement(), INFO, config)
+    assert store.abandon_running_trials(study) == 1
+    (t,) = store.trials(study)
+    assert t.state == "interrupted"
+    assert store.get_study("s").num_measurements == 0
+
+
+def test_duplicate_name(tmp_path: Path):
+    store = Store(str(tmp_path / "a.db"))
+    _study(store)
+    with pytest.raises(SpecError, match="already exists"):
+        _study(store)
+
+
+def test_migration_adds_column_and_keeps_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    path = tmp_path / "a.db"
+    store = Store(str(path))
+    _study(store)
+    store.dispose()
+
+    def step(conn) -> None:
+        migrations.add_column(conn, "autotune_studies", "owner VARCHAR(64)")
+
+    monkeypatch.setitem(migrations.MIGRATIONS, migrations.SCHEMA_VERSION + 1, step)
+    monkeypatch.setattr(migrations, "SCHEMA_VERSION", migrations.SCHEMA_VERSION + 1)
+    monkeypatch.setattr(
+        "autotune.store.store.upgrade",
+        lambda conn: migrations.upgrade(conn, migrations.SCHEMA_VERSION),
+    )
+    store = Store(str(path))
+    assert [s.name for s in store.list_studies()] == ["s"]
+    engine = create_engine(f"sqlite:///{path}")
+    with engine.connect() as conn:
+        cols = {c["name"] for c in inspect(conn).get_columns("autotune_studies")}
+        version = migrations.current_version(conn)
+    assert "owner" in cols
+    assert version == migrations.SCHEMA_VERSION
+
+
+def test_newer_schema_is_refused(tmp_path: Path):
+    path = tmp_path / "a.db"
+    _study(Store(str(path)))
+    engine = create_engine(f"sqlite:///{path}")
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE autotune_meta SET value='99' WHERE key='schema_version'"))
+    with pytest.raises(StoreError, match="newer than this autotune"):
+        Store(str(path)).list_studies()

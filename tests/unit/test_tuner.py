@@ -1,0 +1,159 @@
+"""The ask/tell tuner on the replay backend: stores what the engine returned, never measures a
+completed config twice, turns failures into failed trials, and stops on budget."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from autotune import api
+from autotune.engine.landscape import COLUMNS
+from autotune.store import Store
+
+# A small recorded-format landscape written for these tests (values chosen by hand).
+ROWS = [
+    # method, N, concurrency, tok/s per repeat, per-pos acceptance
+    ("none", 0, 1, (100, 101), ""),
+    ("none", 0, 4, (300, 302), ""),
+    ("ngram", 1, 1, (150, 151), "0.6"),
+    ("ngram", 1, 4, (330, 331), "0.6"),
+    ("ngram", 2, 1, (170, 171), "0.6;0.4"),
+    ("ngram", 2, 4, (310, 312), "0.6;0.4"),
+]
+
+
+def write_landscape(path: Path, rows=ROWS, missing_config: bool = False) -> Path:
+    lines = [",".join(COLUMNS)]
+    for method, n, c, tputs, per_pos in rows:
+        for r, t in enumerate(tputs):
+            al = "" if method == "none" else f"{1 + sum(float(x) for x in per_pos.split(';')):.3f}"
+            lines.append(f"org/tiny,code,{method},,{n},{c},{r},{t},{al},{per_pos},10,2")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def study_data(landscape: Path, sampler: str = "grid", **extra) -> dict:
+    data = {
+        "name": "replayed",
+        "model": {"name": "org/tiny"},
+        "workloads": ["code"],
+        "concurrency": [1, 4],
+        "methods": [{"method": "ngram", "num_speculative_tokens": {"min": 1, "max": 2}}],
+        "repeats": 2,
+        "sampler": sampler,
+        "engine": {"kind": "replay", "landscape": str(landscape)},
+    }
+    data.update(extra)
+    return data
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Store:
+    return Store(str(tmp_path / "t.db"))
+
+
+@pytest.mark.parametrize("sampler", ["grid", "random", "tpe"])
+def test_runs_every_config_once(tmp_path: Path, store: Store, sampler: str):
+    land = write_landscape(tmp_path / "l.csv")
+    api.create_study(store, data=study_data(land, sampler), source=str(land))
+    summary = api.run_study(store, "replayed")
+    assert summary.trials_run == 3 and summary.trials_failed == 0
+    record = store.get_study("replayed")
+    trials = store.trials(record)
+    assert [t.method for t in trials][0] == "none"  # baseline first
+    assert sorted(t.num_speculative_tokens for t in trials) == [0, 1, 2]
+    assert all(t.state == "complete" for t in trials)
+    # 2 levels x 2 repeats per config, each value one of the recorded repeats
+    rows = store.measurements(study="replayed")
+    assert len(rows) == 3 * 4
+    recorded = {(m, n, c): set(t) for m, n, c, t, _ in ROWS}
+    for r in rows:
+        assert r.output_throughput_tok_s in recorded[(r.method, r.num_speculative_tokens, r.concurrency)]
+    # cost accounting: start (10 s) + 4 measurements x 2 s per config
+    assert summary.engine_seconds == pytest.approx(3 * (10 + 4 * 2))
+    assert record.status == "done"
+    # Running again measures nothing new.
+    again = api.run_study(store, "replayed")
+    assert again.trials_run == 0 and len(store.measurements(study="replayed")) == 12
+
+
+def test_recommend_from_replay(tmp_path: Path, store: Store):
+    land = write_landscape(tmp_path / "l.csv")
+    api.create_study(store, data=study_data(land), source=str(land))
+    api.run_study(store, "replayed")
+    at1 = api.recommend(store, "org/tiny", "code", 1)
+    assert at1.choice.best.num_speculative_tokens == 2  # 170 beats 150 and 100
+    at4 = api.recommend(store, "org/tiny", "code", 4)
+    assert at4.choice.best.num_speculative_tokens == 1
+    import statistics
+
+    def med(n: int) -> float:
+        return statistics.median(
+            r.output_throughput_tok_s for r in at4.rows
+            if r.concurrency == 4 and r.num_speculative_tokens == n
+        )
+
+    assert at4.choice.speedup == pytest.approx(med(1) / med(0))
+    saved = store.recommendations(store.get_study("replayed"))
+    assert {(r.concurrency, r.speculative_config["num_speculative_tokens"]) for r in saved} == {
+        (1, 2), (4, 1)}
+
+
+def test_failed_config_is_a_failed_trial_and_the_study_goes_on(tmp_path: Path, store: Store):
+    land = write_landscape(tmp_path / "l.csv")
+    data = study_data(land)
+    data["methods"][0]["num_speculative_tokens"] = {"min": 1, "max": 3}  # N=3 not recorded
+    api.create_study(store, data=data, source=str(land))
+    summary = api.run_study(store, "replayed")
+    assert summary.trials_run == 3 and summary.trials_failed == 1
+    failed = [t for t in store.trials(store.get_study("replayed")) if t.state == "failed"]
+    assert len(failed) == 1 and "has no ngram N=3" in (failed[0].failure_reason or "")
+    # A failed config is not retried on resume.
+    assert api.run_study(store, "replayed").trials_failed == 0
+
+
+def test_budget_and_resume(tmp_path: Path, store: Store):
+    land = write_landscape(tmp_path / "l.csv")
+    api.create_study(store, data=study_data(land), source=str(land))
+    first = api.run_study(store, "replayed", max_configs=2)
+    assert first.trials_run == 2 and "--max-configs 2" in first.stop_reason
+    assert store.get_study("replayed").status == "interrupted" or first.stop_reason
+    second = api.run_study(store, "replayed")
+    assert second.trials_run == 1
+    keys = [t.config_key for t in store.trials(store.get_study("replayed"))]
+    assert len(keys) == len(set(keys)) == 3
+
+
+def test_engine_config_budget(tmp_path: Path, store: Store):
+    land = write_landscape(tmp_path / "l.csv")
+    api.create_study(
+        store, data=study_data(land, budget={"max_engine_configs": 2}), source=str(land)
+    )
+    summary = api.run_study(store, "replayed")
+    assert summary.trials_run == 2 and "budget" in summary.stop_reason
+
+
+def test_interrupted_trial_is_measured_again(tmp_path: Path, store: Store):
+    from autotune.engine import EngineConfig
+
+    land = write_landscape(tmp_path / "l.csv")
+    created = api.create_study(store, data=study_data(land), source=str(land))
+    # A driver killed mid-trial leaves a running trial behind.
+    store.start_trial(created.study, EngineConfig(model="org/tiny"), None)
+    summary = api.run_study(store, "replayed")
+    assert summary.trials_run == 3
+    states = sorted(t.state for t in store.trials(store.get_study("replayed")))
+    assert states == ["complete", "complete", "complete", "interrupted"]
+
+
+def test_optuna_reads_the_study(tmp_path: Path, store: Store):
+    import optuna
+
+    land = write_landscape(tmp_path / "l.csv")
+    api.create_study(store, data=study_data(land), source=str(land))
+    api.run_study(store, "replayed")
+    ostudy = optuna.load_study(study_name="autotune:replayed", storage=store.url)
+    complete = [t for t in ostudy.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    assert len(complete) == 3
+    assert ostudy.best_trial.params["option"] == "ngram"
