@@ -232,3 +232,63 @@ def recommend(
         resolved=ResolvedStudy.from_json(record.resolved_json),
         rows=rows,
     )
+
+
+@dataclass(frozen=True)
+class PriorRecommendation:
+    """An answer from a published result, for a pair nothing was measured for."""
+
+    result: Any  # autotune.spec.published.PublishedResult
+
+    @property
+    def speculative_config(self) -> dict[str, Any] | None:
+        from autotune.spec.methods import speculative_config
+
+        r = self.result
+        if r.num_speculative_tokens is None:
+            return None
+        return speculative_config(r.method, r.num_speculative_tokens, r.draft, {})
+
+
+def published_prior(
+    model: str, workload: str, concurrency: int | None = None
+) -> PriorRecommendation | None:
+    """The published result `recommend` falls back to when nothing is measured."""
+    from autotune.spec.published import best_prior
+
+    result = best_prior(model, workload, concurrency)
+    if result is None or result.num_speculative_tokens is None:
+        return None
+    return PriorRecommendation(result)
+
+
+def export_landscape(store: Store, study: str, path: Path) -> int:
+    """Write a study's measurements as a landscape CSV, so a real sweep can be replayed."""
+    from autotune.engine.landscape import LandscapePoint, write_landscape
+
+    record = store.get_study(study)
+    rows = store.measurements(study=study)
+    if not rows:
+        raise NoResultError(f"study {study!r} has no measurements to export")
+    alias = record.model_alias or record.model
+    points = [
+        LandscapePoint(
+            model=alias,
+            workload=r.workload,
+            method=r.method,
+            draft=r.draft,
+            num_speculative_tokens=r.num_speculative_tokens,
+            concurrency=r.concurrency,
+            repeat=r.repeat,
+            output_throughput_tok_s=r.output_throughput_tok_s,
+            mean_acceptance_length=r.mean_acceptance_length,
+            acceptance_per_pos=tuple(a / r.num_drafts for a in r.accepted_per_pos)
+            if r.num_drafts
+            else (),
+            engine_start_s=r.engine_start_s or 0.0,
+            measure_s=r.measure_s,
+        )
+        for r in rows
+    ]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return write_landscape(path, points)

@@ -12,6 +12,7 @@ import click
 
 from autotune import __version__
 from autotune.cli._common import Context, report_errors
+from autotune.cli.export import export
 from autotune.cli.models import models
 from autotune.cli.recommend import recommend
 from autotune.cli.study import study
@@ -49,6 +50,7 @@ cli.add_command(study)
 cli.add_command(workload)
 cli.add_command(models)
 cli.add_command(recommend)
+cli.add_command(export)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -65,9 +65,19 @@ def recommend(
       autotune recommend --model tiny --workload code --concurrency 4 --format args
     """
     from autotune import api
+    from autotune.errors import NoResultError
     from autotune.recommend import render
 
-    rec = api.recommend(ctx.store(), model, workload, concurrency, study=study_name)
+    try:
+        rec = api.recommend(ctx.store(), model, workload, concurrency, study=study_name)
+    except NoResultError as exc:
+        prior = None if study_name else api.published_prior(model, workload, concurrency)
+        if prior is None:
+            if study_name:
+                raise
+            raise NoResultError(f"{exc}; no published result is known for it either") from None
+        _print_prior(prior, fmt, explain)
+        return
     config = rec.choice.best.speculative_config
     if fmt == "json":
         click.echo(render.speculative_json(config))
@@ -86,6 +96,38 @@ def recommend(
         click.echo(render.speculative_json(render.dsd_config(rec.per_level)))
     if explain:
         _explain(rec)
+
+
+def _print_prior(prior: Any, fmt: str, explain: bool) -> None:
+    """A published result, labelled as such on stderr; stdout stays pasteable."""
+    import json
+
+    from autotune.recommend import render
+
+    r = prior.result
+    config = prior.speculative_config
+    if fmt == "yaml":
+        click.echo(render.as_yaml(config), nl=False)
+    elif fmt == "args":
+        click.echo(render.serve_args(r.model, config))
+    else:
+        click.echo(render.speculative_json(config))
+    label = {
+        "source": "published",
+        "speedup": r.speedup,
+        "dataset": r.dataset,
+        "concurrency": r.concurrency,
+        "hardware": r.hardware,
+        "url": r.source,
+        "date": str(r.date) if r.date else None,
+    }
+    click.echo(
+        "note: nothing measured for this pair; answering from a published result, not a "
+        "measurement on your hardware: " + json.dumps(label),
+        err=True,
+    )
+    if explain and r.notes:
+        click.echo(f"notes: {r.notes}", err=True)
 
 
 def _explain(rec: Any) -> None:

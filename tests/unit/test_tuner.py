@@ -157,3 +157,33 @@ def test_optuna_reads_the_study(tmp_path: Path, store: Store):
     complete = [t for t in ostudy.trials if t.state == optuna.trial.TrialState.COMPLETE]
     assert len(complete) == 3
     assert ostudy.best_trial.params["option"] == "ngram"
+
+
+def test_export_roundtrip(tmp_path: Path, store: Store, autotune):
+    from autotune.engine.landscape import read_landscape
+
+    land = write_landscape(tmp_path / "l.csv")
+    api.create_study(store, data=study_data(land), source=str(land))
+    api.run_study(store, "replayed")
+    out = tmp_path / "exported.csv"
+    assert api.export_landscape(store, "replayed", out) == 12
+    points = read_landscape(out)
+    original = {(p.config, p.concurrency, p.output_throughput_tok_s) for p in read_landscape(land)}
+    assert {(p.config, p.concurrency, p.output_throughput_tok_s) for p in points} <= original
+    ngram2 = next(p for p in points if p.num_speculative_tokens == 2)
+    assert ngram2.acceptance_per_pos == pytest.approx((0.6, 0.4))
+    assert ngram2.engine_start_s == 10.0
+
+
+def test_recommend_falls_back_to_published_prior(autotune, db_path: Path):
+    result = autotune("recommend", "--model", "qwen3.5-27b", "--workload", "math")
+    assert result.exit_code == 0
+    import json
+
+    config = json.loads(result.stdout)
+    assert config["method"] == "dflash" and config["num_speculative_tokens"] == 15
+    assert '"source": "published"' in result.stderr
+    assert not db_path.exists()
+    missing = autotune("recommend", "--model", "tiny", "--workload", "code")
+    assert missing.exit_code == 1
+    assert "nothing measured" in missing.stderr and "Traceback" not in missing.stderr
