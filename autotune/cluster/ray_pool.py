@@ -9,6 +9,7 @@ logical resource ``autotune_cpu_engine`` instead, and runs vLLM's CPU build.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections import deque
@@ -88,8 +89,10 @@ class RayPool:
             if address:
                 init["address"] = address
             else:
-                # A local cluster: one CPU engine slot unless told otherwise, so engines on a
-                # CPU-only machine never share its cores (timings would mix).
+                # A new local cluster, never a stale one a killed driver left behind. Without
+                # GPUs it has one engine slot unless told otherwise, so engines on a CPU-only
+                # machine never share its cores (their timings would mix).
+                init["address"] = "local"
                 init["resources"] = {CPU_RESOURCE: max_engines or 1}
             ray.init(**init)
         self.engine_kind = engine_kind
@@ -180,7 +183,7 @@ class RayPool:
         job = run.job
         try:
             result = self._ray.get(ref)
-        except Exception as exc:  # noqa: BLE001 - every failure becomes a failed trial
+        except Exception as exc:
             self._release(run)
             return [Failed(job.trial_id, _reason(exc, run.step))]
         events: list[TrialEvent] = []
@@ -216,10 +219,8 @@ class RayPool:
     def _release(self, run: _Running, graceful: bool = False) -> None:
         ray = self._ray
         if graceful:
-            try:
+            with contextlib.suppress(Exception):
                 ray.get(run.actor.stop.remote(), timeout=120)
-            except Exception:  # noqa: BLE001 - the actor is killed below either way
-                pass
         ray.kill(run.actor, no_restart=True)
         if run.placement_group is not None:
             from ray.util.placement_group import remove_placement_group

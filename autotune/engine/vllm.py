@@ -1,0 +1,669 @@
+"""The real backend: one vLLM ``AsyncLLM`` engine, measured with closed-loop streamed requests.
+
+The engine runs on a private asyncio event loop in a background thread owned by
+:class:`VLLMEngine`, so callers (the Ray actor) use plain blocking methods. vLLM is imported
+lazily, inside the methods that need it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import logging
+import os
+import re
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from autotune.engine._base import (
+    Engine,
+    EngineConfig,
+    EngineInfo,
+    Measurement,
+    MeasureSettings,
+    PreparedWorkload,
+)
+from autotune.engine.counters import CounterDelta, CounterSnapshot, delta, read_snapshot
+from autotune.engine.platform import detect_platform
+from autotune.engine.stats import RequestTiming, summarize
+from autotune.errors import EngineError
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+GiB = 1 << 30
+
+TINY_PREFIX = "tiny:"
+
+RESERVED_ENGINE_ARGS: dict[str, str] = {
+    "model": "comes from the engine config's model",
+    "speculative_config": "comes from the engine config's method, draft and N",
+    "tensor_parallel_size": "comes from the engine config's tensor_parallel_size",
+    "enable_prefix_caching": "the measurement protocol turns prefix caching off",
+    "disable_log_stats": "the spec-decode counters need vLLM's stats",
+}
+"""Engine args autotune sets itself: a user value would break the protocol or the config key."""
+
+CPU_DEFAULTS: dict[str, Any] = {
+    "dtype": "bfloat16",
+    "enforce_eager": True,
+    # On CPU this is the share of RAM vLLM may reserve; the KV cache size is set separately.
+    "gpu_memory_utilization": 0.3,
+}
+"""Engine args vLLM's CPU build needs on a shared machine, applied only where the user gave none."""
+
+CPU_KV_CACHE_BYTES = 1 * GiB
+"""CPU KV cache when neither ``kv_cache_memory_bytes`` nor ``VLLM_CPU_KVCACHE_SPACE`` is set."""
+
+COUNTER_SETTLE_S = 2.0
+"""How long to wait for vLLM's last stats record of a run to land before calling it an error."""
+
+
+def resolve_ref(ref: str) -> str:
+    """Resolve a ``tiny:NAME`` model reference to a local checkpoint; other refs pass through."""
+    if not ref.startswith(TINY_PREFIX):
+        return ref
+    try:
+        from autotune.testing.tiny import resolve
+    except ImportError as exc:
+        raise EngineError(f"{ref}: tiny models need autotune.testing.tiny ({exc})") from None
+    return resolve(ref)
+
+
+def build_engine_kwargs(
+    config: EngineConfig,
+    *,
+    platform: str,
+    seed: int = 0,
+    environ: Mapping[str, str] | None = None,
+    resolve: Callable[[str], str] = resolve_ref,
+) -> dict[str, Any]:
+    """The keyword arguments of ``AsyncEngineArgs`` for ``config``, exactly as ``vllm serve``
+    would get them with ``--speculative-config``, plus the protocol's fixed settings.
+
+    ``environ`` is the environment the engine will see (for ``VLLM_CPU_KVCACHE_SPACE``).
+    """
+    environ = os.environ if environ is None else environ
+    user = dict(config.engine_args)
+    for key, why in RESERVED_ENGINE_ARGS.items():
+        if key in user:
+            raise EngineError(f"engine_args.{key} cannot be set: {why}")
+    spec = config.speculative_config()
+    if spec is not None and isinstance(spec.get("model"), str):
+        spec = {**spec, "model": resolve(spec["model"])}
+    kwargs: dict[str, Any] = {
+        "model": resolve(config.model),
+        "speculative_config": spec,
+        "tensor_parallel_size": config.tensor_parallel_size,
+        "seed": seed,
+        "enable_prefix_caching": False,
+        "disable_log_stats": False,
+    }
+    if platform == "cpu":
+        for key, value in CPU_DEFAULTS.items():
+            user.setdefault(key, value)
+        # vLLM's CPU build sizes its KV cache from VLLM_CPU_KVCACHE_SPACE when set; without it,
+        # pin the size through the engine arg instead of editing the process environment.
+        if "kv_cache_memory_bytes" not in user and not environ.get("VLLM_CPU_KVCACHE_SPACE"):
+            user["kv_cache_memory_bytes"] = CPU_KV_CACHE_BYTES
+    kwargs.update(user)
+    return kwargs
+
+
+# --- one-line reasons ---------------------------------------------------------------------
+
+_NOISE = re.compile(
+    r"^(For further information visit|\[type=|Traceback \(most recent call last\)|\^+$|~+$)"
+)
+_EXCEPTION_LINE = re.compile(r"\b([A-Za-z_][\w.]*(?:Error|Exception)): (.+)$")
+_GENERIC = re.compile(
+    r"Engine core initialization failed|See root cause above|EngineCore encountered an issue",
+    re.IGNORECASE,
+)
+_WORKER_WRAP = re.compile(r"Worker failed with error '(.+)', please check the stack trace")
+_MAX_REASON = 500
+
+
+def one_line_reason(exc: BaseException, captured: Sequence[str] = ()) -> str:
+    """One line saying why ``exc`` happened, for a failed trial's stored reason.
+
+    vLLM raises pydantic ``ValidationError`` for bad configs (the first error's message is the
+    reason) and a generic "Engine core initialization failed" when a child process died; then
+    the child's last exception line in ``captured`` (its stderr) is the reason.
+    """
+    reason = _reason_from_exception(exc)
+    if not reason or _GENERIC.search(reason):
+        child = _reason_from_lines(captured)
+        if child:
+            reason = child
+    reason = " ".join((reason or type(exc).__name__).split())
+    return reason if len(reason) <= _MAX_REASON else reason[: _MAX_REASON - 1] + "…"
+
+
+def _reason_from_exception(exc: BaseException) -> str:
+    # Wrappers such as vLLM's EngineGenerateError carry no message of their own: prefer the
+    # innermost cause that says something specific.
+    chain: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and current not in chain:
+        chain.append(current)
+        current = current.__cause__ or (
+            None if current.__suppress_context__ else current.__context__
+        )
+    reasons = [_reason_of(e) for e in reversed(chain)]
+    specific = [r for r in reasons if r and not _GENERIC.search(r)]
+    return specific[0] if specific else (reasons[-1] or type(exc).__name__)
+
+
+def _reason_of(exc: BaseException) -> str | None:
+    errors = getattr(exc, "errors", None)
+    title = getattr(exc, "title", None)
+    if callable(errors) and isinstance(title, str):  # pydantic.ValidationError
+        try:
+            first = errors()[0]
+        except Exception:
+            first = None
+        if isinstance(first, dict) and first.get("msg"):
+            msg = str(first["msg"]).strip().splitlines()[0]
+            msg = re.sub(r"^(Value error|Assertion failed), ", "", msg)
+            return f"{title}: {msg}"
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    lines = [line for line in lines if not _NOISE.match(line)]
+    if not lines:
+        return None
+    return lines[-1] if _EXCEPTION_LINE.match(lines[-1]) else f"{type(exc).__name__}: {lines[-1]}"
+
+
+def _reason_from_lines(lines: Sequence[str]) -> str | None:
+    for line in reversed(lines):
+        match = _EXCEPTION_LINE.search(line)
+        if not match or _GENERIC.search(match.group(2)):
+            continue
+        name, msg = match.group(1), match.group(2).strip()
+        wrapped = _WORKER_WRAP.search(msg)
+        if wrapped:
+            return f"worker: {wrapped.group(1)}"
+        return f"{name}: {msg}"
+    return None
+
+
+# --- plumbing: the event loop thread and the stderr tail -------------------------------------
+
+
+class _LoopThread:
+    """An asyncio event loop running in a daemon thread; blocking callers submit coroutines."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._run, name="autotune-vllm-loop", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        try:
+            return future.result(timeout)
+        except BaseException:
+            future.cancel()
+            raise
+
+    def close(self, timeout: float = 10.0) -> None:
+        async def cancel_all() -> None:
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.wait(tasks, timeout=timeout) if tasks else None
+
+        if self.loop.is_running():
+            try:
+                self.run(cancel_all(), timeout=timeout + 1)
+            except Exception:  # closing must not fail because a task misbehaved
+                logger.debug("cancelling the engine loop's tasks failed", exc_info=True)
+            self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout)
+        if not self._thread.is_alive():
+            self.loop.close()
+
+
+class _StderrTail:
+    """Routes file descriptor 2 through a pipe while an engine starts, keeping the last lines.
+
+    vLLM's EngineCore and worker processes inherit this process's stderr and print there why
+    they died; the exception this process gets only says "Engine core initialization failed".
+    The children keep the pipe for their whole life, so a daemon thread forwards it to the real
+    stderr until they exit; this process's own fd 2 is restored as soon as the start is over.
+    """
+
+    def __init__(self, max_lines: int = 400) -> None:
+        self._lines: deque[str] = deque(maxlen=max_lines)
+        self._lock = threading.Lock()
+        self._saved: int | None = None
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        try:
+            sys.stderr.flush()
+            saved = os.dup(2)
+            forward = os.dup(2)
+            read_end, write_end = os.pipe()
+            os.dup2(write_end, 2)
+            os.close(write_end)
+        except OSError:
+            logger.debug("cannot capture stderr; start failures will be less specific")
+            return
+        self._saved = saved
+        self._thread = threading.Thread(
+            target=self._pump, args=(read_end, forward), name="autotune-vllm-stderr", daemon=True
+        )
+        self._thread.start()
+
+    def release(self, wait_s: float = 0.0) -> None:
+        """Give this process its stderr back; wait up to ``wait_s`` for the children's output."""
+        if self._saved is None:
+            return
+        with contextlib.suppress(OSError, ValueError):
+            sys.stderr.flush()
+        os.dup2(self._saved, 2)
+        os.close(self._saved)
+        self._saved = None
+        if wait_s > 0 and self._thread is not None:
+            self._thread.join(wait_s)
+
+    def lines(self) -> list[str]:
+        with self._lock:
+            return list(self._lines)
+
+    def _pump(self, read_end: int, forward: int) -> None:
+        pending = b""
+        forwarding = True
+        try:
+            while chunk := os.read(read_end, 65536):
+                if forwarding:
+                    try:
+                        os.write(forward, chunk)
+                    except OSError:
+                        forwarding = False  # keep draining, or the children would block
+                pending += chunk
+                *complete, pending = pending.split(b"\n")
+                if complete:
+                    with self._lock:
+                        self._lines.extend(x.decode(errors="replace") for x in complete)
+                if len(pending) > 65536:
+                    pending = pending[-65536:]
+        finally:
+            if pending:
+                with self._lock:
+                    self._lines.append(pending.decode(errors="replace"))
+            os.close(read_end)
+            os.close(forward)
+
+
+# --- the engine -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _RunResult:
+    timings: list[RequestTiming]
+    measure_s: float
+    max_inflight: int
+    counters: CounterDelta
+
+    @property
+    def output_tokens(self) -> int:
+        return sum(t.output_tokens for t in self.timings)
+
+
+class VLLMEngine(Engine):
+    """One vLLM engine (``AsyncLLM``) in this process, measured warm.
+
+    Not thread-safe: one caller at a time (the Ray actor runs its methods one by one). ``start``
+    applies ``config.env`` to this process's environment for the engine's lifetime (vLLM and its
+    child processes read it at start) and ``stop`` restores it.
+    """
+
+    def __init__(self, *, seed: int = 0, warmup_timeout_s: float = 1800.0) -> None:
+        self._seed = seed
+        self._warmup_timeout_s = warmup_timeout_s
+        self._engine: Any = None
+        self._loop: _LoopThread | None = None
+        self._stderr: _StderrTail | None = None
+        self._saved_env: dict[str, str | None] = {}
+        self._rendered: dict[str, list[Any]] = {}
+        self._runs = 0
+        self.config: EngineConfig | None = None
+        self.info: EngineInfo | None = None
+
+    # -- lifecycle --
+
+    def start(self, config: EngineConfig) -> EngineInfo:
+        if self._engine is not None:
+            raise EngineError("engine already started; stop() it before starting another")
+        try:
+            import vllm
+            from vllm.platforms import current_platform
+        except ImportError as exc:
+            raise EngineError(f"vllm is not importable: {exc}") from None
+        try:
+            kwargs = build_engine_kwargs(
+                config,
+                platform=_vllm_platform_name(current_platform),
+                seed=self._seed,
+                environ={**os.environ, **config.env},
+            )
+        except EngineError:
+            raise
+        except Exception as exc:  # e.g. building a tiny:NAME checkpoint failed
+            raise EngineError(f"engine did not start: {one_line_reason(exc)}") from None
+        self._apply_env(config.env)
+        self._loop = _LoopThread()
+        self._stderr = _StderrTail()
+        self._stderr.start()
+        t0 = time.perf_counter()
+        try:
+            self._engine = self._loop.run(_create_engine(kwargs))
+        except Exception as exc:
+            self._stderr.release(wait_s=2.0)
+            reason = one_line_reason(exc, self._stderr.lines())
+            logger.warning("vLLM engine did not start: %s", reason, exc_info=exc)
+            self._teardown()
+            raise EngineError(f"engine did not start: {reason}") from None
+        except BaseException:
+            self._stderr.release()
+            self._teardown()
+            raise
+        engine_start_s = time.perf_counter() - t0
+        self._stderr.release()
+        try:
+            platform, device_name, device_arch = detect_platform()
+        except Exception as exc:
+            self.stop()
+            raise EngineError(f"cannot identify the device: {one_line_reason(exc)}") from None
+        self.config = config
+        self.info = EngineInfo(
+            engine_start_s=engine_start_s,
+            vllm_version=str(vllm.__version__),
+            device_name=device_name,
+            device_arch=device_arch,
+            platform=platform,
+        )
+        return self.info
+
+    def stop(self) -> None:
+        engine, self._engine = self._engine, None
+        if engine is not None and self._loop is not None:
+            try:
+                self._loop.run(_shutdown_engine(engine), timeout=120)
+            except Exception:
+                logger.warning("vLLM engine shutdown failed", exc_info=True)
+        # Dropping the last reference runs AsyncLLM.__del__ now, while the interpreter is whole.
+        del engine
+        self._teardown()
+
+    def _teardown(self) -> None:
+        if self._loop is not None:
+            self._loop.close()
+            self._loop = None
+        self._engine = None
+        self._rendered.clear()
+        self.config = None
+        self._restore_env()
+
+    def _apply_env(self, env: Mapping[str, str]) -> None:
+        self._restore_env()
+        self._saved_env = {key: os.environ.get(key) for key in env}
+        os.environ.update(env)
+
+    def _restore_env(self) -> None:
+        for key, value in self._saved_env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        self._saved_env = {}
+
+    # -- measuring --
+
+    def warmup(self, workload: PreparedWorkload, num_requests: int) -> None:
+        if num_requests <= 0:
+            return
+        self._run_sync(workload, num_requests, num_requests, workload.seed, self._warmup_timeout_s)
+
+    def measure(
+        self,
+        workload: PreparedWorkload,
+        concurrency: int,
+        repeat: int,
+        settings: MeasureSettings,
+    ) -> Measurement:
+        if concurrency < 1:
+            raise EngineError(f"concurrency must be >= 1, got {concurrency}")
+        num_requests = settings.num_requests(workload, concurrency)
+        seed = workload.seed + repeat
+        run = self._run_sync(workload, concurrency, num_requests, seed, settings.timeout_s)
+        latency = summarize(run.timings)
+        out_tokens = run.output_tokens
+        return Measurement(
+            workload=workload.name,
+            workload_digest=workload.digest,
+            concurrency=concurrency,
+            repeat=repeat,
+            seed=seed,
+            num_requests=num_requests,
+            num_prompt_tokens=sum(t.prompt_tokens for t in run.timings),
+            num_output_tokens=out_tokens,
+            measure_s=run.measure_s,
+            output_throughput_tok_s=out_tokens / run.measure_s,
+            request_throughput_req_s=num_requests / run.measure_s,
+            ttft_ms_p50=latency.ttft_ms_p50,
+            ttft_ms_p99=latency.ttft_ms_p99,
+            tpot_ms_p50=latency.tpot_ms_p50,
+            tpot_ms_p99=latency.tpot_ms_p99,
+            itl_ms_p50=latency.itl_ms_p50,
+            itl_ms_p99=latency.itl_ms_p99,
+            num_drafts=run.counters.num_drafts,
+            num_draft_tokens=run.counters.num_draft_tokens,
+            num_accepted_tokens=run.counters.num_accepted_tokens,
+            accepted_per_pos=run.counters.accepted_per_pos,
+            max_inflight=run.max_inflight,
+        )
+
+    def _run_sync(
+        self,
+        workload: PreparedWorkload,
+        concurrency: int,
+        num_requests: int,
+        seed: int,
+        timeout_s: float,
+    ) -> _RunResult:
+        if self._engine is None or self._loop is None:
+            raise EngineError("engine is not started")
+        if not workload.prompts:
+            raise EngineError(f"workload {workload.name} has no prompts")
+        self._runs += 1
+        coro = self._run(workload, concurrency, num_requests, seed, timeout_s, f"at{self._runs}")
+        try:
+            # The timeout lives inside the loop (it cancels and aborts the requests); this outer
+            # one only guards against a loop blocked in a synchronous call.
+            return self._loop.run(coro, timeout=timeout_s + 60)
+        except EngineError:
+            raise
+        except (TimeoutError, concurrent.futures.TimeoutError):
+            raise EngineError(f"measurement did not finish within {timeout_s:g} s") from None
+        except Exception as exc:
+            raise EngineError(f"measurement failed: {one_line_reason(exc)}") from None
+
+    async def _run(
+        self,
+        workload: PreparedWorkload,
+        concurrency: int,
+        num_requests: int,
+        seed: int,
+        timeout_s: float,
+        tag: str,
+    ) -> _RunResult:
+        from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind
+
+        prompts = self._render(workload)
+        params: dict[int, Any] = {}
+        requests = []
+        for i in range(num_requests):
+            index = i % len(prompts)
+            max_tokens = workload.prompts[index].max_tokens
+            if max_tokens not in params:
+                params[max_tokens] = SamplingParams(
+                    temperature=workload.temperature,
+                    max_tokens=max_tokens,
+                    ignore_eos=True,
+                    seed=seed,
+                    output_kind=RequestOutputKind.DELTA,
+                )
+            requests.append((f"{tag}-{i}", prompts[index], params[max_tokens]))
+
+        before = read_snapshot()
+        try:
+            timings, measure_s, max_inflight = await asyncio.wait_for(
+                _closed_loop(self._engine, requests, concurrency), timeout_s
+            )
+        except asyncio.TimeoutError:
+            raise EngineError(
+                f"measurement did not finish within {timeout_s:g} s "
+                f"({workload.name}, concurrency {concurrency}, {num_requests} requests)"
+            ) from None
+        output_tokens = sum(t.output_tokens for t in timings)
+        counters = await _settled_delta(before, output_tokens)
+        asked = sum(params.max_tokens for _, _, params in requests)
+        if output_tokens < asked:
+            # ignore_eos is set, so only the context length (max_model_len) stops a request early.
+            logger.warning(
+                "%s: %d of %d output tokens asked for were generated (max_model_len reached?)",
+                workload.name,
+                output_tokens,
+                asked,
+            )
+        return _RunResult(timings, measure_s, max_inflight, counters)
+
+    def _render(self, workload: PreparedWorkload) -> list[Any]:
+        """The prompts as sent: chat-templated token ids when the workload asks for the
+        template and the tokenizer has one, else the raw text (vLLM tokenizes it)."""
+        if workload.digest in self._rendered:
+            return self._rendered[workload.digest]
+        tokenizer = self._engine.get_tokenizer() if workload.chat_template else None
+        rendered: list[Any] = []
+        for prompt in workload.prompts:
+            if tokenizer is not None and getattr(tokenizer, "chat_template", None):
+                text = tokenizer.apply_chat_template(
+                    [{"role": "user", "content": prompt.text}],
+                    tokenize=False,
+                    add_generation_prompt=True,
+                )
+                # The template already holds the special tokens (BOS), as in vLLM's chat server.
+                ids = tokenizer.encode(text, add_special_tokens=False)
+                rendered.append({"prompt_token_ids": list(ids)})
+            else:
+                rendered.append(prompt.text)
+        self._rendered[workload.digest] = rendered
+        return rendered
+
+
+def _vllm_platform_name(current_platform: Any) -> str:
+    if current_platform.is_rocm():
+        return "rocm"
+    if current_platform.is_cuda():
+        return "cuda"
+    if current_platform.is_cpu():
+        return "cpu"
+    return str(getattr(current_platform, "device_type", "unknown"))
+
+
+async def _create_engine(kwargs: dict[str, Any]) -> Any:
+    # Built inside the loop so AsyncLLM binds its output handler to this loop.
+    from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.v1.engine.async_llm import AsyncLLM
+
+    return AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs))
+
+
+async def _shutdown_engine(engine: Any) -> None:
+    engine.shutdown()
+
+
+async def _closed_loop(
+    engine: Any, requests: Sequence[tuple[str, Any, Any]], concurrency: int
+) -> tuple[list[RequestTiming], float, int]:
+    """Send ``requests`` with exactly ``concurrency`` in flight: each worker sends one, streams
+    it to the end, then sends the next. Returns timings, wall seconds and the peak in flight."""
+    timings: list[RequestTiming] = []
+    next_index = 0
+    inflight = 0
+    max_inflight = 0
+
+    async def worker() -> None:
+        nonlocal next_index, inflight, max_inflight
+        while next_index < len(requests):
+            request_id, prompt, params = requests[next_index]
+            next_index += 1
+            inflight += 1
+            max_inflight = max(max_inflight, inflight)
+            sent = time.perf_counter()
+            chunks: list[float] = []
+            output_tokens = 0
+            prompt_tokens = 0
+            try:
+                async for out in engine.generate(prompt, params, request_id=request_id):
+                    now = time.perf_counter()
+                    if not prompt_tokens and out.prompt_token_ids is not None:
+                        prompt_tokens = len(out.prompt_token_ids)
+                    new_tokens = sum(len(o.token_ids) for o in out.outputs)
+                    if new_tokens:
+                        chunks.append(now)
+                        output_tokens += new_tokens
+            finally:
+                inflight -= 1
+            timings.append(RequestTiming(sent, tuple(chunks), output_tokens, prompt_tokens))
+
+    t0 = time.perf_counter()
+    tasks = [asyncio.ensure_future(worker()) for _ in range(concurrency)]
+    try:
+        await asyncio.gather(*tasks)
+    except BaseException:
+        # One failed or we were cancelled (timeout): stop the others, which aborts their requests.
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
+    return timings, time.perf_counter() - t0, max_inflight
+
+
+async def _settled_delta(before: CounterSnapshot, output_tokens: int) -> CounterDelta:
+    """The counter delta of a run, once vLLM's stats for its last step are recorded.
+
+    vLLM records an engine step's stats in the same output-handler pass that delivers its tokens,
+    so they are normally in place when the last request returns. The check that
+    ``vllm:generation_tokens`` moved by exactly the tokens streamed proves it (no other requests
+    run on this engine), and covers a pass split into chunks (``VLLM_V1_OUTPUT_PROC_CHUNK_SIZE``).
+    """
+    deadline = time.monotonic() + COUNTER_SETTLE_S
+    while True:
+        try:
+            counters = delta(before, read_snapshot())
+        except ValueError as exc:
+            raise EngineError(f"spec-decode counters unusable: {exc}") from None
+        if counters.generation_tokens == output_tokens:
+            return counters
+        if counters.generation_tokens > output_tokens or time.monotonic() > deadline:
+            raise EngineError(
+                f"counters out of step: vllm:generation_tokens moved by "
+                f"{counters.generation_tokens}, but {output_tokens} tokens were streamed"
+            )
+        await asyncio.sleep(0.02)
