@@ -65,5 +65,8 @@ demo:  ## run studies/tiny-cpu.yaml end to end on the real vLLM CPU engine and p
 recommend:  ## print the recommended --speculative-config: make recommend MODEL=kimi WORKLOAD=code
 	$(AUTOTUNE) recommend --model $(MODEL) --workload $(WORKLOAD)
 
+check:  ## CI gate: is the deployed config still the best? make check MODEL=kimi WORKLOAD=code CONFIG=deployed.json
+	$(AUTOTUNE) check --model $(MODEL) --workload $(WORKLOAD) --config $(CONFIG)
+
 clean:  ## remove caches and build outputs (keeps .venv and the study store)
 	rm -rf build dist *.egg-info .pytest_cache .ruff_cache .mypy_cache

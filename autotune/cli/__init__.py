@@ -12,9 +12,11 @@ import click
 
 from autotune import __version__
 from autotune.cli._common import Context, report_errors
+from autotune.cli.check import check
 from autotune.cli.export import export
 from autotune.cli.models import models
 from autotune.cli.recommend import recommend
+from autotune.cli.report import report
 from autotune.cli.study import study
 from autotune.cli.workload import workload
 
@@ -51,6 +53,8 @@ cli.add_command(workload)
 cli.add_command(models)
 cli.add_command(recommend)
 cli.add_command(export)
+cli.add_command(report)
+cli.add_command(check)
 
 
 def main(argv: list[str] | None = None) -> None:

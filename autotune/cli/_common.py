@@ -33,7 +33,7 @@ json_option = click.option(
 def report_errors(cli: click.Command, argv: list[str] | None) -> int:
     """Run the CLI; autotune errors become one line on stderr and their exit code."""
     try:
-        cli.main(args=argv, prog_name="autotune", standalone_mode=False)
+        code = cli.main(args=argv, prog_name="autotune", standalone_mode=False)
     except AutotuneError as exc:
         click.echo(f"autotune: error: {exc}", err=True)
         return exc.exit_code
@@ -46,7 +46,8 @@ def report_errors(cli: click.Command, argv: list[str] | None) -> int:
     except KeyboardInterrupt:
         click.echo("autotune: interrupted", err=True)
         return 130
-    return 0
+    # With standalone_mode=False, click returns ctx.exit()'s code (or the command's value).
+    return code if isinstance(code, int) else 0
 
 
 def _default(o: Any) -> Any:

@@ -37,11 +37,12 @@ class ReplayEngine(Engine):
         self.points = read_landscape(self.path)
         self.digest = digest(self.path)
         self.model = self.points[0].model
-        self._rng = random.Random(seed)
+        self.seed = seed
         self._by_config: dict[tuple[str, str | None, int], list[LandscapePoint]] = defaultdict(list)
         for p in self.points:
             self._by_config[p.config].append(p)
         self._current: tuple[str, str | None, int] | None = None
+        self._rng = random.Random(seed)
 
     def workload_digest(self, workload: str) -> str:
         return f"landscape:{self.digest}:{workload}"
@@ -54,6 +55,9 @@ class ReplayEngine(Engine):
                 f"the landscape {self.path.name} has no {config.label()} (draft {config.draft})"
             )
         self._current = key
+        # Each config draws its own repeats: one shared stream would give every config the same
+        # repeat indices, hence the same spread.
+        self._rng = random.Random(f"{self.seed}:{config.key()}")
         return EngineInfo(
             engine_start_s=statistics.median(p.engine_start_s for p in rows),
             vllm_version=f"replay:{self.path.name}",

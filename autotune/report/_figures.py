@@ -1,0 +1,248 @@
+"""What the report's figures show, as plain data both renderers (matplotlib, plotly) draw.
+
+Each series is one method with its draft and parameters (every N of it); only each workload's
+newest prompt set is plotted, as the recommendation uses only that one.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from autotune.report.frames import acceptance_columns, summary_frame
+
+PALETTE = (
+    "#1f77b4",
+    "#ff7f0e",
+    "#2ca02c",
+    "#d62728",
+    "#9467bd",
+    "#8c564b",
+    "#e377c2",
+    "#17becf",
+    "#bcbd22",
+    "#7f7f7f",
+)
+BASELINE_COLOR = "#444444"
+
+
+@dataclass(frozen=True)
+class Point:
+    num_speculative_tokens: int
+    median_tok_s: float
+    min_tok_s: float
+    max_tok_s: float
+    repeats: int
+    noisy: bool
+    recommended: bool
+
+
+@dataclass(frozen=True)
+class Baseline:
+    median_tok_s: float
+    min_tok_s: float
+    max_tok_s: float
+    noisy: bool
+    recommended: bool
+
+
+@dataclass(frozen=True)
+class Panel:
+    """Throughput vs N at one (workload, concurrency)."""
+
+    workload: str
+    concurrency: int
+    baseline: Baseline | None
+    series: dict[str, list[Point]]
+    """Series label -> points sorted by N."""
+
+    @property
+    def title(self) -> str:
+        return f"{self.workload} · concurrency {self.concurrency}"
+
+
+@dataclass(frozen=True)
+class AcceptanceCurve:
+    """a_i of one series at its largest measured N, pooled over concurrency levels."""
+
+    label: str
+    num_speculative_tokens: int
+    acceptance_per_pos: list[float]
+    mean_acceptance_length: float | None
+
+
+@dataclass(frozen=True)
+class SpeedupPoint:
+    concurrency: int
+    speedup: float
+    num_speculative_tokens: int
+
+
+@dataclass
+class Figures:
+    """Everything the report draws, for one study."""
+
+    title: str
+    max_spread_pct: float
+    labels: list[str]
+    """Series labels in legend order; colours follow this order."""
+    workloads: list[str]
+    concurrencies: list[int]
+    panels: list[Panel]
+    acceptance: dict[str, list[AcceptanceCurve]] = field(default_factory=dict)
+    """Workload -> curves."""
+    speedup: dict[str, dict[str, list[SpeedupPoint]]] = field(default_factory=dict)
+    """Workload -> series label -> best speedup per concurrency level."""
+
+    def color(self, label: str) -> str:
+        return PALETTE[self.labels.index(label) % len(PALETTE)]
+
+    def panel(self, workload: str, concurrency: int) -> Panel | None:
+        return next(
+            (p for p in self.panels if (p.workload, p.concurrency) == (workload, concurrency)),
+            None,
+        )
+
+    @property
+    def has_acceptance(self) -> bool:
+        return any(self.acceptance.values())
+
+    @property
+    def has_speedup(self) -> bool:
+        return any(any(s.values()) for s in self.speedup.values())
+
+
+def latest_prompt_sets(df: pd.DataFrame) -> pd.DataFrame:
+    """Only the newest prompt set (workload digest) of each workload, like ``choose``."""
+    if df.empty:
+        return df
+    newest = df.sort_values("created_at").groupby("workload")["workload_digest"].last()
+    keep = df["workload_digest"] == df["workload"].map(newest)
+    return df[keep]
+
+
+def _series_key(config_json: str) -> str:
+    config = json.loads(config_json)
+    if config is None:
+        return "null"
+    config.pop("num_speculative_tokens", None)
+    return json.dumps(config, sort_keys=True)
+
+
+def _series_labels(keys: list[str]) -> dict[str, str]:
+    """Method names, with the draft or parameters added only where a method has several."""
+    configs = {k: json.loads(k) for k in keys}
+    by_method: dict[str, list[str]] = {}
+    for k, c in configs.items():
+        by_method.setdefault(c["method"], []).append(k)
+    labels = {}
+    for method, group in by_method.items():
+        for k in group:
+            if len(group) == 1:
+                labels[k] = method
+                continue
+            extra = {n: v for n, v in configs[k].items() if n != "method"}
+            if "model" in extra:
+                labels[k] = f"{method} ({str(extra['model']).rstrip('/').split('/')[-1]})"
+            else:
+                labels[k] = f"{method} ({', '.join(f'{n}={v}' for n, v in extra.items())})"
+    return labels
+
+
+def build(df: pd.DataFrame) -> Figures:
+    """Prepare every figure of the report from a measurements frame."""
+    data = latest_prompt_sets(df)
+    summary = summary_frame(data, df.attrs.get("max_spread_pct"))
+    summary = summary.assign(series=summary["speculative_config"].map(_series_key))
+    spec_keys = sorted(k for k in summary["series"].unique() if k != "null")
+    key_label = _series_labels(spec_keys)
+    labels = [key_label[k] for k in spec_keys]
+    study = df.attrs.get("study") or (str(df["study"].iloc[0]) if not df.empty else "")
+    model = df.attrs.get("model") or (str(df["model"].iloc[0]) if not df.empty else "")
+    figs = Figures(
+        title=f"{study} · {model}" if model else study,
+        max_spread_pct=float(summary.attrs["max_spread_pct"]),
+        labels=labels,
+        workloads=sorted(summary["workload"].unique()),
+        concurrencies=sorted(int(c) for c in summary["concurrency"].unique()),
+        panels=[],
+    )
+    for (workload, concurrency), cell in summary.groupby(["workload", "concurrency"]):
+        base_rows = cell[cell["series"] == "null"]
+        baseline = None
+        if not base_rows.empty:
+            b = base_rows.iloc[0]
+            baseline = Baseline(
+                b["median_tok_s"], b["min_tok_s"], b["max_tok_s"], b["noisy"], b["recommended"]
+            )
+        series: dict[str, list[Point]] = {}
+        for key, g in cell[cell["series"] != "null"].groupby("series"):
+            series[key_label[str(key)]] = [
+                Point(
+                    int(r["num_speculative_tokens"]),
+                    r["median_tok_s"],
+                    r["min_tok_s"],
+                    r["max_tok_s"],
+                    int(r["repeats"]),
+                    bool(r["noisy"]),
+                    bool(r["recommended"]),
+                )
+                for _, r in g.sort_values("num_speculative_tokens").iterrows()
+            ]
+        figs.panels.append(Panel(str(workload), int(concurrency), baseline, series))
+
+    figs.acceptance = _acceptance(data, key_label)
+    for workload, wsum in summary.groupby("workload"):
+        per_series: dict[str, list[SpeedupPoint]] = {}
+        for key, g in wsum[wsum["series"] != "null"].groupby("series"):
+            points = []
+            for concurrency, level in g.groupby("concurrency"):
+                best = level.sort_values("rank").iloc[0]
+                if not math.isnan(best["speedup"]):
+                    points.append(
+                        SpeedupPoint(
+                            int(concurrency), best["speedup"], int(best["num_speculative_tokens"])
+                        )
+                    )
+            if points:
+                per_series[key_label[str(key)]] = points
+        figs.speedup[str(workload)] = per_series
+    return figs
+
+
+def _acceptance(data: pd.DataFrame, key_label: dict[str, str]) -> dict[str, list[AcceptanceCurve]]:
+    acc_cols = acceptance_columns(data)
+    spec = data[(data["speculative_config"] != "null") & (data["num_drafts"] > 0)]
+    spec = spec.assign(series=spec["speculative_config"].map(_series_key))
+    out: dict[str, list[AcceptanceCurve]] = {}
+    for workload, wdata in spec.groupby("workload"):
+        curves = []
+        for key, g in wdata.groupby("series"):
+            n = int(g["num_speculative_tokens"].max())
+            top = g[g["num_speculative_tokens"] == n]
+            drafts = top["num_drafts"].astype(float)
+            total = float(drafts.sum())
+            # Pool repeats and concurrency levels weighted by their drafts, as vLLM's counters
+            # would if the runs were one.
+            per_pos = [float((top[c].fillna(0.0) * drafts).sum() / total) for c in acc_cols[:n]]
+            accepted = float(top["num_accepted_tokens"].sum())
+            curves.append(
+                AcceptanceCurve(
+                    label=key_label[str(key)],
+                    num_speculative_tokens=n,
+                    acceptance_per_pos=per_pos,
+                    mean_acceptance_length=1.0 + accepted / total if total > 0 else None,
+                )
+            )
+        out[str(workload)] = curves
+    return out
+
+
+def footnote(figs: Figures) -> str:
+    return (
+        "median over repeats; bars: min–max of repeats; ★ recommended; "
+        f"hollow marker: noisy (spread > {figs.max_spread_pct:g}%)"
+    )

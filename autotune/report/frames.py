@@ -1,0 +1,296 @@
+"""pandas frames of a study: one row per measurement, and one row per config × cell summarised.
+
+The summary uses the recommendation's own statistics (``autotune.recommend.choose.score`` and
+``rank``), so a report and ``autotune recommend`` never disagree about a number or a winner.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+
+from autotune.recommend.choose import DEFAULT_TIE_PCT, ConfigScore, rank, score
+
+if TYPE_CHECKING:  # the store (SQLAlchemy) loads only when a study is read from it
+    from autotune.store import MeasurementRecord, Store
+
+DEFAULT_MAX_SPREAD_PCT = 10.0
+"""Used when a frame does not say which study it came from (e.g. read back from CSV); the same
+default as ``measurement.max_spread_pct`` in a study file."""
+
+CELL = ["workload", "workload_digest", "concurrency"]
+"""A cell: measurements of different prompt sets (digests) never share a baseline."""
+
+ACCEPTANCE_PREFIX = "acceptance_pos_"
+"""Columns ``acceptance_pos_1`` … hold a_i = accepted at position i / num_drafts."""
+
+_LEADING = [
+    "study",
+    "model",
+    "trial_id",
+    "config",
+    "method",
+    "draft",
+    "num_speculative_tokens",
+    "speculative_config",
+    "workload",
+    "workload_digest",
+    "concurrency",
+    "repeat",
+    "output_throughput_tok_s",
+    "baseline_median_tok_s",
+    "speedup",
+    "mean_acceptance_length",
+]
+
+_TRAILING = [
+    "request_throughput_req_s",
+    "ttft_ms_p50",
+    "ttft_ms_p99",
+    "tpot_ms_p50",
+    "tpot_ms_p99",
+    "itl_ms_p50",
+    "itl_ms_p99",
+    "num_requests",
+    "num_prompt_tokens",
+    "num_output_tokens",
+    "num_drafts",
+    "num_draft_tokens",
+    "num_accepted_tokens",
+    "max_inflight",
+    "measure_s",
+    "engine_start_s",
+    "seed",
+    "vllm_version",
+    "device_name",
+    "device_arch",
+    "engine_args",
+    "env",
+    "created_at",
+]
+
+
+def config_label(method: str, num_speculative_tokens: int, is_baseline: bool) -> str:
+    """``eagle3 N=4``, or ``off`` for the baseline (the same words as the recommendation)."""
+    return "off" if is_baseline else f"{method} N={num_speculative_tokens}"
+
+
+def config_json(config: dict[str, Any] | None) -> str:
+    """The speculative config as stable JSON text (``null`` for the baseline)."""
+    return json.dumps(config, sort_keys=True)
+
+
+def acceptance_columns(df: pd.DataFrame) -> list[str]:
+    """The ``acceptance_pos_i`` columns of ``df`` in position order."""
+    cols = [c for c in df.columns if str(c).startswith(ACCEPTANCE_PREFIX)]
+    return sorted(cols, key=lambda c: int(str(c)[len(ACCEPTANCE_PREFIX) :]))
+
+
+def measurements_frame(store: Store, study: str) -> pd.DataFrame:
+    """One row per measurement of the study's completed trials.
+
+    Config columns (method, draft, N, ``speculative_config`` as JSON text), ``speedup`` against
+    the baseline's median throughput in the same (workload, prompt set, concurrency) — NaN where
+    the baseline was not measured — and a_i expanded into ``acceptance_pos_1`` … (NaN past N).
+    ``df.attrs`` carries the study name, model and ``max_spread_pct``.
+    """
+    from autotune.spec.loader import ResolvedStudy
+
+    record = store.get_study(study)
+    try:
+        max_spread = ResolvedStudy.from_json(record.resolved_json).spec.measurement.max_spread_pct
+    except ValueError:  # a study stored by an older schema: fall back to the default
+        max_spread = DEFAULT_MAX_SPREAD_PCT
+    df = frame_from_records(store.measurements(study=study))
+    df.attrs.update(
+        study=record.name,
+        model=record.model_alias or record.model,
+        max_spread_pct=max_spread,
+    )
+    return df
+
+
+def frame_from_records(records: Sequence[MeasurementRecord]) -> pd.DataFrame:
+    """The measurements frame of any list of measurement records (see ``measurements_frame``)."""
+    width = max((len(r.accepted_per_pos) for r in records), default=0)
+    acc_cols = [f"{ACCEPTANCE_PREFIX}{i + 1}" for i in range(width)]
+    rows = []
+    for r in records:
+        row: dict[str, Any] = {
+            "study": r.study,
+            "model": r.model,
+            "trial_id": r.trial_id,
+            "config": config_label(
+                r.method, r.num_speculative_tokens, r.speculative_config is None
+            ),
+            "method": r.method,
+            "draft": r.draft,
+            "num_speculative_tokens": r.num_speculative_tokens,
+            "speculative_config": config_json(r.speculative_config),
+            "workload": r.workload,
+            "workload_digest": r.workload_digest,
+            "concurrency": r.concurrency,
+            "repeat": r.repeat,
+            "output_throughput_tok_s": r.output_throughput_tok_s,
+            "mean_acceptance_length": r.mean_acceptance_length,
+        }
+        for col in _TRAILING:
+            value = getattr(r, col)
+            row[col] = json.dumps(value, sort_keys=True) if col in ("engine_args", "env") else value
+        for i, col in enumerate(acc_cols):
+            a = r.accepted_per_pos
+            row[col] = a[i] / r.num_drafts if i < len(a) and r.num_drafts > 0 else math.nan
+        rows.append(row)
+    df = pd.DataFrame(rows, columns=[*_LEADING, *acc_cols, *_TRAILING])
+    if df.empty:
+        return df
+    is_base = df["speculative_config"] == "null"
+    base = (
+        df[is_base]
+        .groupby(CELL)["output_throughput_tok_s"]
+        .median()
+        .rename("baseline_median_tok_s")
+    )
+    df = df.drop(columns="baseline_median_tok_s").join(base, on=CELL)
+    df["speedup"] = df["output_throughput_tok_s"] / df["baseline_median_tok_s"]
+    return df[[*_LEADING, *acc_cols, *_TRAILING]]
+
+
+@dataclass(frozen=True)
+class _Row:
+    """A frame row in the shape ``autotune.recommend.choose.score`` reads."""
+
+    trial_id: int
+    method: str
+    draft: str | None
+    num_speculative_tokens: int
+    speculative_config: dict[str, Any] | None
+    workload: str
+    workload_digest: str
+    concurrency: int
+    output_throughput_tok_s: float
+    num_drafts: int
+    num_accepted_tokens: int
+    accepted_per_pos: tuple[int, ...]
+    created_at: Any
+
+
+def _rows(group: pd.DataFrame, acc_cols: list[str]) -> list[_Row]:
+    out = []
+    for rec in group.to_dict("records"):
+        drafts = int(rec["num_drafts"])
+        # a_i was accepted_i / drafts: scaling back gives the counts, so pooled a_i weight each
+        # repeat by its number of drafts exactly as the recommendation does.
+        per_pos = tuple(
+            round(rec[c] * drafts) for c in acc_cols if not pd.isna(rec[c]) and drafts > 0
+        )
+        draft = rec["draft"]
+        out.append(
+            _Row(
+                trial_id=int(rec["trial_id"]),
+                method=str(rec["method"]),
+                draft=None if pd.isna(draft) else str(draft),
+                num_speculative_tokens=int(rec["num_speculative_tokens"]),
+                speculative_config=json.loads(rec["speculative_config"]),
+                workload=str(rec["workload"]),
+                workload_digest=str(rec["workload_digest"]),
+                concurrency=int(rec["concurrency"]),
+                output_throughput_tok_s=float(rec["output_throughput_tok_s"]),
+                num_drafts=drafts,
+                num_accepted_tokens=int(rec["num_accepted_tokens"]),
+                accepted_per_pos=per_pos,
+                created_at=rec.get("created_at", datetime.min),
+            )
+        )
+    return out
+
+
+SUMMARY_COLUMNS = [
+    "workload",
+    "workload_digest",
+    "concurrency",
+    "config",
+    "method",
+    "draft",
+    "num_speculative_tokens",
+    "speculative_config",
+    "repeats",
+    "median_tok_s",
+    "mad_tok_s",
+    "score_tok_s",
+    "min_tok_s",
+    "max_tok_s",
+    "spread_pct",
+    "noisy",
+    "speedup",
+    "mean_acceptance_length",
+    "rank",
+    "recommended",
+]
+
+
+def summary_frame(
+    df: pd.DataFrame,
+    max_spread_pct: float | None = None,
+    tie_pct: float = DEFAULT_TIE_PCT,
+) -> pd.DataFrame:
+    """One row per config × (workload, prompt set, concurrency).
+
+    Median tok/s, MAD, the robust score (median − 1.4826·MAD) the recommendation ranks by,
+    spread % over repeats, repeats, speedup (median / the baseline's median), mean acceptance
+    length and pooled a_i (``acceptance_pos_i``); ``noisy`` when the spread exceeds
+    ``max_spread_pct`` (default: the study's, from ``df.attrs``); ``rank`` within the cell by the
+    recommendation's rule, ``recommended`` for rank 1.
+    """
+    if max_spread_pct is None:
+        max_spread_pct = float(df.attrs.get("max_spread_pct", DEFAULT_MAX_SPREAD_PCT))
+    acc_cols = acceptance_columns(df)
+    out: list[dict[str, Any]] = []
+    for _, cell in df.groupby(CELL, sort=True):
+        scores: list[ConfigScore] = [
+            score(_rows(g, acc_cols)) for _, g in cell.groupby("speculative_config", sort=False)
+        ]
+        base = next((s for s in scores if s.is_baseline), None)
+        first = cell.iloc[0]
+        for position, s in enumerate(rank(scores, tie_pct), start=1):
+            row: dict[str, Any] = {
+                "workload": first["workload"],
+                "workload_digest": first["workload_digest"],
+                "concurrency": int(first["concurrency"]),
+                "config": config_label(s.method, s.num_speculative_tokens, s.is_baseline),
+                "method": s.method,
+                "draft": s.draft,
+                "num_speculative_tokens": s.num_speculative_tokens,
+                "speculative_config": config_json(s.speculative_config),
+                "repeats": s.repeats,
+                "median_tok_s": s.median_tok_s,
+                "mad_tok_s": s.mad_tok_s,
+                "score_tok_s": s.score_tok_s,
+                "min_tok_s": min(s.throughputs),
+                "max_tok_s": max(s.throughputs),
+                "spread_pct": s.spread_pct,
+                "noisy": s.spread_pct > max_spread_pct,
+                "speedup": (
+                    s.median_tok_s / base.median_tok_s
+                    if base is not None and base.median_tok_s > 0
+                    else math.nan
+                ),
+                "mean_acceptance_length": (
+                    math.nan if s.mean_acceptance_length is None else s.mean_acceptance_length
+                ),
+                "rank": position,
+                "recommended": position == 1,
+            }
+            for i, col in enumerate(acc_cols):
+                row[col] = s.acceptance_per_pos[i] if i < len(s.acceptance_per_pos) else math.nan
+            out.append(row)
+    summary = pd.DataFrame(out, columns=[*SUMMARY_COLUMNS, *acc_cols])
+    summary.attrs.update(df.attrs)
+    summary.attrs["max_spread_pct"] = max_spread_pct
+    return summary
