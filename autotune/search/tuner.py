@@ -248,7 +248,7 @@ class Tuner:
                         stop_reason = stop_reason or "every engine config in the space was measured"
                         exhausted = True
                         break
-                    if self.strategy is not None:
+                    if self.strategy is not None and not self._waiting(ostudy):
                         proposal = self.strategy.propose(
                             SearchState(
                                 study=self.study,
@@ -359,6 +359,18 @@ class Tuner:
         if self.store.url.startswith("sqlite"):
             kwargs["engine_kwargs"] = {"connect_args": {"timeout": 30}}
         return optuna.storages.RDBStorage(self.store.url, **kwargs)
+
+    @staticmethod
+    def _waiting(ostudy: Any) -> bool:
+        """Whether an enqueued trial waits (the baseline, or a proposal a stopped driver left).
+
+        ask() serves it first, so the strategy is consulted only when none waits; otherwise each
+        proposal would be asked one turn late and measured configs proposed again.
+        """
+        import optuna
+
+        waiting = (optuna.trial.TrialState.WAITING,)
+        return bool(ostudy.get_trials(deepcopy=False, states=waiting))
 
     @staticmethod
     def _tell(ostudy: Any, number: int, value: float | None) -> None:

@@ -137,7 +137,7 @@ class MeasurementSpec(StrictModel):
     )
 
 
-Sampler = Literal["grid", "random", "tpe", "gp"]
+Sampler = Literal["model", "grid", "random", "tpe", "gp"]
 Objective = Literal["output_throughput"]
 
 
@@ -168,7 +168,13 @@ class StudySpec(StrictModel):
         "(workload, concurrency), so every cell counts by its relative change.",
     )
     budget: BudgetSpec = Field(default_factory=lambda: BudgetSpec(), description="When to stop.")
-    sampler: Sampler = Field("grid", description="Optuna sampler that proposes engine configs.")
+    sampler: Sampler = Field(
+        "model",
+        description="What proposes engine configs: 'model' (default) measures each method at its "
+        "largest N, then only the configs the acceptance x cost model says could still beat the "
+        "measured best at some level; 'grid' (every config), 'random', 'tpe' and 'gp' are "
+        "Optuna's samplers, for comparison.",
+    )
     seed: int = Field(0, ge=0, description="Seed of the sampler.")
     engine: EngineSpec = Field(default_factory=VLLMEngineSpec, description="Engine backend.")
     measurement: MeasurementSpec = Field(

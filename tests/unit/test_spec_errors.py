@@ -126,7 +126,9 @@ def test_bad_workload_file(tmp_path: Path, autotune, monkeypatch: pytest.MonkeyP
     wdir = tmp_path / "wl"
     wdir.mkdir()
     (wdir / "broken.yaml").write_text("name: broken\nsource: {kind: jsonl, path: gone.jsonl}\n")
-    (wdir / "typo.yaml").write_text("name: typo\nsource: {kind: inline, prompts: [hi]}\nmax_tokns: 3\n")
+    (wdir / "typo.yaml").write_text(
+        "name: typo\nsource: {kind: inline, prompts: [hi]}\nmax_tokns: 3\n"
+    )
     monkeypatch.setenv("AUTOTUNE_WORKLOADS", str(wdir))
     result = autotune("workload", "show", "broken")
     assert result.exit_code == 2
@@ -151,7 +153,9 @@ def test_rocm_mla_cap(tmp_path: Path, autotune, monkeypatch: pytest.MonkeyPatch)
     result = autotune("study", "create", str(path))
     assert result.exit_code == 2
     assert "AITER" in result.stderr and "methods.0.num_speculative_tokens" in result.stderr
-    path.write_text(textwrap.dedent(text).replace("{name: kimi}", "{name: kimi, allow_rocm_mla_override: true}"))
+    path.write_text(
+        textwrap.dedent(text).replace("{name: kimi}", "{name: kimi, allow_rocm_mla_override: true}")
+    )
     assert autotune("study", "create", str(path)).exit_code == 0
     monkeypatch.setenv("AUTOTUNE_PLATFORM", "cuda")
     path.write_text(textwrap.dedent(text).replace("name: k\n", "name: k2\n"))

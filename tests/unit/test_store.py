@@ -16,11 +16,23 @@ INFO = EngineInfo(12.5, "0.32.0", "test-cpu", "cpu", "cpu")
 
 def _measurement(**kw) -> Measurement:
     base = dict(
-        workload="code", workload_digest="d1", concurrency=1, repeat=0, seed=0, num_requests=4,
-        num_prompt_tokens=100, num_output_tokens=400, measure_s=2.0,
-        output_throughput_tok_s=200.0, request_throughput_req_s=2.0, ttft_ms_p50=10.0,
-        num_drafts=100, num_draft_tokens=300, num_accepted_tokens=150,
-        accepted_per_pos=(80, 50, 20), max_inflight=1,
+        workload="code",
+        workload_digest="d1",
+        concurrency=1,
+        repeat=0,
+        seed=0,
+        num_requests=4,
+        num_prompt_tokens=100,
+        num_output_tokens=400,
+        measure_s=2.0,
+        output_throughput_tok_s=200.0,
+        request_throughput_req_s=2.0,
+        ttft_ms_p50=10.0,
+        num_drafts=100,
+        num_draft_tokens=300,
+        num_accepted_tokens=150,
+        accepted_per_pos=(80, 50, 20),
+        max_inflight=1,
     )
     base.update(kw)
     return Measurement(**base)
@@ -28,7 +40,11 @@ def _measurement(**kw) -> Measurement:
 
 def _study(store: Store, name: str = "s"):
     return store.create_study(
-        name=name, description="", model_alias="tiny", model="tiny:llama", source="x.yaml",
+        name=name,
+        description="",
+        model_alias="tiny",
+        model="tiny:llama",
+        source="x.yaml",
         resolved_json="{}",
     )
 
@@ -57,8 +73,13 @@ def test_wal_and_prefix(tmp_path: Path):
 def test_roundtrip_and_cascade(tmp_path: Path):
     store = Store(str(tmp_path / "a.db"))
     study = _study(store)
-    config = EngineConfig(model="tiny:llama", method="eagle3", num_speculative_tokens=3,
-                          draft="tiny:eagle3", engine_args={"max_model_len": 1024})
+    config = EngineConfig(
+        model="tiny:llama",
+        method="eagle3",
+        num_speculative_tokens=3,
+        draft="tiny:eagle3",
+        engine_args={"max_model_len": 1024},
+    )
     tid = store.start_trial(study, config, optuna_trial_number=0)
     store.record_engine(tid, INFO)
     store.add_measurement(tid, _measurement(), INFO, config)
@@ -69,8 +90,11 @@ def test_roundtrip_and_cascade(tmp_path: Path):
     assert m.method == "eagle3" and m.num_speculative_tokens == 3
     assert m.accepted_per_pos == (80, 50, 20)
     assert m.mean_acceptance_length == pytest.approx(2.5)
-    assert m.speculative_config == {"method": "eagle3", "model": "tiny:eagle3",
-                                    "num_speculative_tokens": 3}
+    assert m.speculative_config == {
+        "method": "eagle3",
+        "model": "tiny:eagle3",
+        "num_speculative_tokens": 3,
+    }
     assert m.vllm_version == "0.32.0" and m.engine_args == {"max_model_len": 1024}
     assert m.engine_start_s == 12.5
     with pytest.raises(AttributeError):

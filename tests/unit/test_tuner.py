@@ -61,7 +61,7 @@ def test_runs_every_config_once(tmp_path: Path, store: Store, sampler: str):
     assert summary.trials_run == 3 and summary.trials_failed == 0
     record = store.get_study("replayed")
     trials = store.trials(record)
-    assert [t.method for t in trials][0] == "none"  # baseline first
+    assert trials[0].method == "none"  # baseline first
     assert sorted(t.num_speculative_tokens for t in trials) == [0, 1, 2]
     assert all(t.state == "complete" for t in trials)
     # 2 levels x 2 repeats per config, each value one of the recorded repeats
@@ -69,7 +69,10 @@ def test_runs_every_config_once(tmp_path: Path, store: Store, sampler: str):
     assert len(rows) == 3 * 4
     recorded = {(m, n, c): set(t) for m, n, c, t, _ in ROWS}
     for r in rows:
-        assert r.output_throughput_tok_s in recorded[(r.method, r.num_speculative_tokens, r.concurrency)]
+        assert (
+            r.output_throughput_tok_s
+            in recorded[(r.method, r.num_speculative_tokens, r.concurrency)]
+        )
     # cost accounting: start (10 s) + 4 measurements x 2 s per config
     assert summary.engine_seconds == pytest.approx(3 * (10 + 4 * 2))
     assert record.status == "done"
@@ -90,14 +93,17 @@ def test_recommend_from_replay(tmp_path: Path, store: Store):
 
     def med(n: int) -> float:
         return statistics.median(
-            r.output_throughput_tok_s for r in at4.rows
+            r.output_throughput_tok_s
+            for r in at4.rows
             if r.concurrency == 4 and r.num_speculative_tokens == n
         )
 
     assert at4.choice.speedup == pytest.approx(med(1) / med(0))
     saved = store.recommendations(store.get_study("replayed"))
     assert {(r.concurrency, r.speculative_config["num_speculative_tokens"]) for r in saved} == {
-        (1, 2), (4, 1)}
+        (1, 2),
+        (4, 1),
+    }
 
 
 def test_failed_config_is_a_failed_trial_and_the_study_goes_on(tmp_path: Path, store: Store):
