@@ -12,6 +12,7 @@ import click
 
 from autotune import __version__
 from autotune.cli._common import Context, report_errors
+from autotune.cli.bench import bench
 from autotune.cli.check import check
 from autotune.cli.export import export
 from autotune.cli.models import models
@@ -55,6 +56,7 @@ cli.add_command(recommend)
 cli.add_command(export)
 cli.add_command(report)
 cli.add_command(check)
+cli.add_command(bench)
 
 
 def main(argv: list[str] | None = None) -> None:

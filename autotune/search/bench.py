@@ -1,0 +1,340 @@
+"""The search benchmark: run a strategy on a landscape through the replay engine, the real tuner
+loop and a real store, and score it by the engine-seconds it spent to reach the true optimum.
+
+The truth of a landscape is the mean over its recorded repeats of every (config, workload,
+concurrency); a run reaches the target once the recommendation the choosing rule makes from what
+was measured so far is within ``tolerance`` percent of the truth's best at every level, and stays
+there to the end of the run.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import tempfile
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from autotune.engine.landscape import LandscapePoint, read_landscape
+from autotune.errors import SpecError
+from autotune.search.samplers import SAMPLERS
+
+RESULT_KEYS = (
+    "strategy",
+    "seed",
+    "engine_seconds",
+    "engine_starts",
+    "engine_seconds_to_target",
+    "final_regret_pct",
+    "grid_engine_seconds",
+)
+"""The keys of one :func:`run_strategy` result, in order (``--json`` prints exactly these)."""
+
+DEFAULT_TOLERANCE_PCT = 1.0
+
+Config = tuple[str, str | None, int]
+"""(method, draft, num_speculative_tokens), as a landscape names an engine config."""
+Level = tuple[str, int]
+"""(workload, concurrency)."""
+
+
+@dataclass(frozen=True)
+class Truth:
+    """What a landscape says is best, and what measuring all of it once costs."""
+
+    levels: tuple[Level, ...]
+    throughput: dict[Level, dict[Config, float]]
+    """Mean over recorded repeats, per level and config."""
+    config_seconds: dict[Config, float]
+    """What measuring one config costs: its engine start and every cell's repeats."""
+
+    @property
+    def grid_engine_seconds(self) -> float:
+        return sum(self.config_seconds.values())
+
+    @property
+    def oracle_engine_seconds(self) -> float:
+        """The cost of a search that knew the answer: the baseline, each method at its largest N
+        (what the model-guided search starts from) and every level's true best config."""
+        largest: dict[tuple[str, str | None], int] = {}
+        for method, draft, n in self.config_seconds:
+            largest[(method, draft)] = max(n, largest.get((method, draft), 0))
+        picked = {(m, d, n) for (m, d), n in largest.items()}
+        picked |= {max(per, key=per.__getitem__) for per in self.throughput.values()}
+        return sum(self.config_seconds[c] for c in picked)
+
+    def best(self, level: Level) -> float:
+        return max(self.throughput[level].values())
+
+    def regret_pct(self, level: Level, config: Config | None) -> float:
+        """How far below the level's best ``config`` truly is, in percent (100 if unknown)."""
+        best = self.best(level)
+        value = self.throughput[level].get(config) if config is not None else None
+        if value is None or best <= 0:
+            return 100.0
+        return 100.0 * (best - value) / best
+
+
+def landscape_truth(points: Sequence[LandscapePoint], repeats: int) -> Truth:
+    """The landscape's truth, and the grid's cost with ``repeats`` repeats per cell.
+
+    A config costs one engine start (the median of its rows, as the replay engine charges) and,
+    per cell, ``repeats`` measurements of the mean recorded ``measure_s``.
+    """
+    cells: dict[tuple[Config, Level], list[LandscapePoint]] = defaultdict(list)
+    for p in points:
+        cells[(p.config, (p.workload, p.concurrency))].append(p)
+    throughput: dict[Level, dict[Config, float]] = defaultdict(dict)
+    measure: dict[Config, float] = defaultdict(float)
+    for (config, level), group in cells.items():
+        throughput[level][config] = statistics.fmean(p.output_throughput_tok_s for p in group)
+        measure[config] += repeats * statistics.fmean(p.measure_s for p in group)
+    starts: dict[Config, list[float]] = defaultdict(list)
+    for p in points:
+        starts[p.config].append(p.engine_start_s)
+    seconds = {c: statistics.median(s) + measure[c] for c, s in starts.items()}
+    return Truth(tuple(sorted(throughput)), dict(throughput), seconds)
+
+
+def study_from_landscape(
+    path: Path | str,
+    name: str,
+    sampler: str = "model",
+    seed: int = 0,
+    repeats: int | None = None,
+) -> dict[str, Any]:
+    """A study (as ``autotune.api.create_study(data=...)`` takes it) that replays a landscape.
+
+    Model, workloads, concurrency levels and methods (with their drafts and N ranges) are the
+    landscape's own; ``repeats`` defaults to the number of repeats it recorded. N ranges are
+    min..max of what was recorded, so a landscape with gaps in N fails those configs (at no
+    cost) like an engine that cannot start. ROCm's MLA cap on N is lifted: the landscape's
+    points were recorded, so they ran. A model that is not an HF id or a path (``tiny:llama``)
+    is named by its catalog alias.
+    """
+    path = Path(path).resolve()
+    points = read_landscape(path)
+    workloads = list(dict.fromkeys(p.workload for p in points))
+    concurrency = sorted({p.concurrency for p in points})
+    ns: dict[tuple[str, str | None], set[int]] = defaultdict(set)
+    for p in points:
+        if p.method != "none":
+            ns[(p.method, p.draft)].add(p.num_speculative_tokens)
+    methods = []
+    for (method, draft), values in sorted(ns.items(), key=lambda kv: (kv[0][0], kv[0][1] or "")):
+        entry: dict[str, Any] = {
+            "method": method,
+            "num_speculative_tokens": {"min": min(values), "max": max(values)},
+        }
+        if draft is not None:
+            entry["draft"] = draft
+        methods.append(entry)
+    recorded = len({p.repeat for p in points})
+    return {
+        "name": name,
+        "description": f"replay of {path.name}",
+        "model": {"name": _model_name(points[0].model), "allow_rocm_mla_override": True},
+        "workloads": workloads,
+        "concurrency": concurrency,
+        "methods": methods,
+        "baseline": any(p.method == "none" for p in points),
+        "repeats": repeats or recorded,
+        "sampler": sampler,
+        "seed": seed,
+        "engine": {"kind": "replay", "landscape": str(path)},
+    }
+
+
+def _model_name(model: str) -> str:
+    if "/" in model or os.sep in model:
+        return model
+    from autotune.spec.catalog import load_catalog
+
+    found = load_catalog().find_by_model(model)
+    return found[0] if found else model
+
+
+def grid_and_oracle(landscape: Path | str, repeats: int | None = None) -> tuple[float, float]:
+    """(grid_engine_seconds, oracle_engine_seconds) of a landscape; see :class:`Truth`."""
+    points = read_landscape(Path(landscape))
+    truth = landscape_truth(points, repeats or len({p.repeat for p in points}))
+    return truth.grid_engine_seconds, truth.oracle_engine_seconds
+
+
+def run_strategy(
+    landscape: Path | str,
+    strategy: str,
+    seed: int = 0,
+    tolerance: float = DEFAULT_TOLERANCE_PCT,
+    repeats: int | None = None,
+) -> dict[str, Any]:
+    """Run one strategy once on a landscape (a fresh SQLite store in a temp dir) and score it.
+
+    Returns a dict with :data:`RESULT_KEYS`. ``engine_seconds_to_target`` is None when the
+    target is never reached (or not held to the end of the run).
+    """
+    from autotune import api
+    from autotune.recommend.choose import choose
+    from autotune.store import Store
+
+    if strategy not in SAMPLERS:
+        raise ValueError(f"unknown strategy {strategy!r}; known: {', '.join(SAMPLERS)}")
+    if strategy not in available_strategies():
+        raise SpecError("Optuna's GP sampler needs scipy (pip install scipy)", source="gp")
+    path = Path(landscape).resolve()
+    points = read_landscape(path)
+    data = study_from_landscape(path, f"bench-{strategy}-{seed}", strategy, seed, repeats)
+    truth = landscape_truth(points, data["repeats"])
+    with tempfile.TemporaryDirectory(prefix="autotune-bench-", dir=_scratch_dir()) as tmp:
+        # A file, not :memory:: Optuna's RDBStorage opens connections of its own.
+        store = Store(f"sqlite:///{Path(tmp) / 'bench.db'}")
+        try:
+            api.create_study(store, data=data, source=str(path))
+            api.run_study(store, data["name"])
+            record = store.get_study(data["name"])
+            trials = [t for t in store.trials(record) if t.state in ("complete", "failed")]
+            rows = store.measurements(study=data["name"])
+        finally:
+            store.dispose()
+
+    by_trial: dict[int, list[Any]] = defaultdict(list)
+    for r in rows:
+        by_trial[r.trial_id].append(r)
+    seen: list[Any] = []
+    spent = 0.0
+    worst: list[float] = []
+    cumulative: list[float] = []
+    # Trials are numbered in start order; with the one-slot replay pool they finish in order,
+    # so after trial k the store held exactly the rows of trials 0..k.
+    for t in trials:
+        spent += t.engine_seconds or 0.0
+        seen.extend(by_trial.get(t.id, ()))
+        cumulative.append(spent)
+        worst.append(_worst_regret(truth, seen, choose))
+    reached_at = time_to_target(cumulative, worst, tolerance)
+    return {
+        "strategy": strategy,
+        "seed": seed,
+        "engine_seconds": round(spent, 3),
+        "engine_starts": len(trials),
+        "engine_seconds_to_target": None if reached_at is None else round(reached_at, 3),
+        "final_regret_pct": round(worst[-1], 4) if worst else 100.0,
+        "grid_engine_seconds": round(truth.grid_engine_seconds, 3),
+    }
+
+
+def _scratch_dir() -> str | None:
+    # Every measurement is one committed transaction; on tmpfs a commit costs no fsync.
+    shm = Path("/dev/shm")
+    return str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else None
+
+
+def time_to_target(
+    cumulative_s: Sequence[float], worst_regret_pct: Sequence[float], tolerance: float
+) -> float | None:
+    """The engine-seconds after which the worst regret stayed within ``tolerance`` to the end.
+
+    ``cumulative_s[k]`` is the engine-seconds spent through trial k and ``worst_regret_pct[k]``
+    the worst level's regret of the recommendation after it. None if the last one is outside.
+    """
+    reached = None
+    for spent, regret in zip(reversed(cumulative_s), reversed(worst_regret_pct), strict=True):
+        if regret > tolerance + 1e-9:
+            break
+        reached = spent
+    return reached
+
+
+def _worst_regret(truth: Truth, rows: Sequence[Any], choose: Any) -> float:
+    worst = 0.0
+    for level in truth.levels:
+        choice = choose(rows, *level) if rows else None
+        config = None
+        if choice is not None:
+            best = choice.best
+            config = (best.method, best.draft, best.num_speculative_tokens)
+        worst = max(worst, truth.regret_pct(level, config))
+    return worst
+
+
+def available_strategies() -> list[str]:
+    """Every strategy whose dependencies are installed (Optuna's GP sampler needs scipy)."""
+    import importlib.util
+
+    return [s for s in SAMPLERS if s != "gp" or importlib.util.find_spec("scipy") is not None]
+
+
+def run_bench(
+    landscape: Path | str,
+    strategies: Iterable[str],
+    seeds: int,
+    tolerance: float = DEFAULT_TOLERANCE_PCT,
+    jobs: int | None = None,
+) -> list[dict[str, Any]]:
+    """:func:`run_strategy` for every strategy and seed 0..seeds-1, in that order.
+
+    Runs are independent (each has its own store), so ``jobs`` > 1 runs them in that many
+    processes; the default is the number of CPUs, at most 4.
+    """
+    tasks = [(str(landscape), s, seed, tolerance) for s in strategies for seed in range(seeds)]
+    workers = min(jobs or min(os.cpu_count() or 1, 4), len(tasks))
+    if workers <= 1:
+        return [run_strategy(*t) for t in tasks]
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(_run_task, tasks))
+
+
+def _run_task(task: tuple[str, str, int, float]) -> dict[str, Any]:
+    return run_strategy(*task)
+
+
+@dataclass(frozen=True)
+class StrategySummary:
+    """One strategy's results over seeds."""
+
+    strategy: str
+    runs: int
+    reached: int
+    """Runs that reached the target."""
+    median_to_target_ratio: float | None
+    """Median over runs of engine_seconds_to_target / grid_engine_seconds; a run that never
+    reached the target counts as infinitely expensive (None when most never did)."""
+    median_spent_ratio: float
+    """Median over runs of engine_seconds / grid_engine_seconds."""
+    median_engine_starts: float
+    worst_final_regret_pct: float
+
+
+def summarize(results: Sequence[dict[str, Any]]) -> list[StrategySummary]:
+    """Per strategy, in first-seen order."""
+    groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in results:
+        groups[r["strategy"]].append(r)
+    out = []
+    for strategy, runs in groups.items():
+        ratios = [
+            float("inf")
+            if r["engine_seconds_to_target"] is None
+            else r["engine_seconds_to_target"] / r["grid_engine_seconds"]
+            for r in runs
+        ]
+        med = statistics.median(ratios)
+        out.append(
+            StrategySummary(
+                strategy=strategy,
+                runs=len(runs),
+                reached=sum(r["engine_seconds_to_target"] is not None for r in runs),
+                median_to_target_ratio=med if med != float("inf") else None,
+                median_spent_ratio=statistics.median(
+                    r["engine_seconds"] / r["grid_engine_seconds"] for r in runs
+                ),
+                median_engine_starts=statistics.median(r["engine_starts"] for r in runs),
+                worst_final_regret_pct=max(r["final_regret_pct"] for r in runs),
+            )
+        )
+    return out

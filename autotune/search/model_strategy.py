@@ -1,0 +1,392 @@
+"""The model-guided search (sampler ``model``, the default): measure each method at its largest N,
+fit the acceptance × cost model, and start only the engine configs that could still beat the
+measured best at some (workload, concurrency) level, most promising first, until none can.
+
+A prefix-consistent drafter's run at N_max measures a_1..a_Nmax, so with the baseline it pins the
+model down enough to rank every other N; each further run narrows the step-cost line. The model
+assumes t_step linear in N, which fails where verification turns from memory- to compute-bound
+(see ``autotune.perf``), so a second, model-free guard checks the N next to each method's best
+measured N with nothing but "t_step never falls as N grows, and is convex in N". Nothing is
+recommended from a prediction: the choosing rule (``autotune.recommend.choose``) picks from
+measured repeats.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from autotune.engine._base import EngineConfig
+from autotune.perf import PerfModel, Point
+from autotune.recommend.choose import DEFAULT_TIE_PCT, latest_digest
+from autotune.search.space import Option, SearchSpace
+from autotune.search.tuner import SearchState
+from autotune.spec.loader import ResolvedStudy
+from autotune.spec.methods import BASELINE, METHODS
+from autotune.store import MeasurementRecord
+
+Level = tuple[str, int]
+"""A (workload, concurrency) cell: every config is measured at all of them on one engine."""
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """An unmeasured config that could still beat the measured best somewhere."""
+
+    config: EngineConfig
+    gain: float
+    """Best predicted throughput / measured best, over levels (inf when nothing predicts it)."""
+    upside: float
+    """Best upper bound / measured best, over levels."""
+    level: Level | None
+    """Where ``gain`` is reached."""
+    reason: str
+    """'model' (the model's range) or 'neighbor' (the convexity guard)."""
+
+
+@dataclass(frozen=True)
+class _Run:
+    """One measured (N, level) of an option, as a step time with its noise band."""
+
+    step_s: float
+    half_width: float
+
+    @property
+    def low(self) -> float:
+        return self.step_s / (1 + self.half_width)
+
+    @property
+    def high(self) -> float:
+        return self.step_s / max(1 - self.half_width, 0.1)
+
+
+class ModelStrategy:
+    """Proposes engine configs for the tuner (see :class:`autotune.search.tuner.Strategy`).
+
+    ``margin_pct``: a config is worth an engine start only if an upper bound of its throughput
+    beats the measured best of some level (at the low end of its noise band) by more than this;
+    half the choosing rule's tie margin by default, so a config that could at most tie is not
+    started. ``noise_floor_pct``: the smallest relative half-width a measured throughput is
+    trusted to, whatever its repeats say. ``prior_slack_pct``: while a method has one N
+    measured, the split of its extra step cost into fixed and per-token parts is a prior, so
+    the model's upper bounds for it are raised by this much (in practice: every method that
+    could come within this of the best gets a second N measured).
+
+    Order: the baseline, then each method at its largest allowed N (the largest that did not
+    fail), then the candidates of :meth:`candidates`, highest predicted gain first. Stops
+    (returns None) when no candidate is left.
+    """
+
+    def __init__(
+        self,
+        study: ResolvedStudy,
+        *,
+        margin_pct: float = DEFAULT_TIE_PCT / 2,
+        noise_floor_pct: float = 0.25,
+        prior_slack_pct: float = 15.0,
+    ) -> None:
+        if min(margin_pct, noise_floor_pct, prior_slack_pct) < 0:
+            raise ValueError("margin_pct, noise_floor_pct and prior_slack_pct must be >= 0")
+        self.study = study
+        self.margin_pct = margin_pct
+        self.noise_floor = noise_floor_pct / 100.0
+        self.prior_slack = prior_slack_pct / 100.0
+
+    def propose(self, state: SearchState) -> EngineConfig | None:
+        taken = set(state.done) | state.in_flight
+        baseline = state.space.baseline()
+        if baseline is not None and baseline.key() not in taken:
+            return baseline
+        anchor = self._next_anchor(state)
+        if anchor is not None:
+            return anchor
+        ranked = self.candidates(state)
+        return ranked[0].config if ranked else None
+
+    # --- phase 1: every method at its largest N ---------------------------------------------
+
+    def _next_anchor(self, state: SearchState) -> EngineConfig | None:
+        """The largest not-failed N of the first option with nothing measured or in flight."""
+        for option in _speculative(state.space):
+            configs = [state.space.config(option, n) for n in option.n_values]
+            keys = [c.key() for c in configs]
+            if any(state.done.get(k) is not None for k in keys):
+                continue  # measured: the model takes over
+            if any(k in state.in_flight for k in keys):
+                continue  # its anchor is running
+            for config in reversed(configs):
+                if config.key() not in state.done:  # not failed (nor measured, see above)
+                    return config
+        return None
+
+    # --- phase 2: what could still win -------------------------------------------------------
+
+    def candidates(self, state: SearchState) -> list[Candidate]:
+        """Unmeasured configs that could beat the measured best at some level, best first.
+
+        Options whose anchor has not finished are left out: nothing is known of them yet and
+        their anchor is proposed (or running) first.
+        """
+        space = state.space
+        taken = set(state.done) | state.in_flight
+        rows = _current_rows(state.rows)
+        cells = _cells(rows)
+        noise = self._noise(cells)
+        levels = sorted({(r.workload, r.concurrency) for r in rows})
+        workloads = sorted({w for w, _ in levels})
+        # The measured best is taken at the low end of its noise band: the highest of several
+        # noisy medians overstates the truth, and pruning against it would be too eager.
+        incumbent = {
+            level: max(p.output_throughput_tok_s / (1 + max(p.spread / 2, noise)) for p in points)
+            for level, points in _by_level(cells).items()
+        }
+        baseline = space.baseline()
+        base_cells = cells.get(_spec_key(None), {}) if baseline is not None else {}
+        found: dict[str, Candidate] = {}
+        for option in _speculative(space):
+            configs = {n: space.config(option, n) for n in option.n_values}
+            if not any(state.done.get(c.key()) is not None for c in configs.values()):
+                continue
+            mine = {n: cells.get(_spec_key(c.speculative_config()), {}) for n, c in configs.items()}
+            models = {w: self._fit(option, mine, base_cells, w, noise) for w in workloads}
+            open_n = [n for n, c in configs.items() if c.key() not in taken]
+            # With one N measured, the split of the step cost into fixed and per-token parts
+            # (and any knee) is a prior: its range is widened by prior_slack.
+            slack = 1.0 + (self.prior_slack if sum(bool(c) for c in mine.values()) < 2 else 0.0)
+            for n in open_n:
+                cand = self._by_model(configs[n], option, n, levels, models, incumbent, slack)
+                if cand is not None:
+                    found[cand.config.key()] = cand
+            for level in levels:
+                near = self._neighbors(option, mine, base_cells, level, incumbent, models, noise)
+                for n in near:
+                    if n in open_n and configs[n].key() not in found:
+                        cand = self._by_model(
+                            configs[n], option, n, levels, models, incumbent, slack, force=True
+                        )
+                        assert cand is not None
+                        found[cand.config.key()] = cand
+        # Most promising first; among equals the smaller N (cheaper to verify, and the choosing
+        # rule prefers it on a tie).
+        return sorted(
+            found.values(),
+            key=lambda c: (-c.gain, -c.upside, c.config.num_speculative_tokens),
+        )
+
+    def _by_model(
+        self,
+        config: EngineConfig,
+        option: Option,
+        n: int,
+        levels: Sequence[Level],
+        models: Mapping[str, PerfModel],
+        incumbent: Mapping[Level, float],
+        slack: float = 1.0,
+        force: bool = False,
+    ) -> Candidate | None:
+        """A candidate when the model's upper bound beats some level's best (or ``force``)."""
+        best_gain, best_upside, where = -math.inf, -math.inf, None
+        could_win = False
+        for level in levels:
+            w, c = level
+            inc = incumbent.get(level)
+            pred = models[w].predict(option.method, n, c)
+            if inc is None or not pred.known:
+                # Nothing to compare with, or nothing to predict from: only a run can tell.
+                could_win = True
+                gain = upside = math.inf
+            else:
+                gain, upside = pred.throughput_tok_s / inc, pred.high * slack / inc
+                could_win = could_win or upside > 1 + self.margin_pct / 100
+            if gain > best_gain:
+                best_gain, where = gain, level
+            best_upside = max(best_upside, upside)
+        if not (could_win or force):
+            return None
+        return Candidate(
+            config, best_gain, best_upside, where, "model" if could_win else "neighbor"
+        )
+
+    def _neighbors(
+        self,
+        option: Option,
+        mine: Mapping[int, Mapping[Level, Point]],
+        base_cells: Mapping[Level, Point],
+        level: Level,
+        incumbent: Mapping[Level, float],
+        models: Mapping[str, PerfModel],
+        noise: float,
+    ) -> list[int]:
+        """The unmeasured N next to the option's best measured N at ``level`` that could beat the
+        level's best under the convexity guard (no linearity assumed)."""
+        at = {n: cells[level] for n, cells in mine.items() if level in cells}
+        inc = incumbent.get(level)
+        if not at or inc is None:
+            return []
+        w, c = level
+        best_n = max(at, key=lambda n: at[n].output_throughput_tok_s)
+        runs = {n: _run(p, noise) for n, p in at.items()}
+        base = _run(base_cells[level], noise) if level in base_cells else None
+        curve = [float(a) for a in models[w].acceptance_curve(option.method, c)]
+        out = []
+        for n in (best_n - 1, best_n + 1):
+            if n not in option.n_values or n in at:
+                continue
+            floor = _step_floor(n, runs, base)
+            accepted = _max_accepted(option.method, curve, n)
+            high = c * (1 + accepted) / floor if floor > 0 else math.inf
+            if high > inc * (1 + self.margin_pct / 100):
+                out.append(n)
+        return out
+
+    def _noise(self, cells: Mapping[str, Mapping[Level, Point]]) -> float:
+        """The relative half-width every measured throughput is trusted to at best: the study's
+        median over cells of half the repeats' spread, and never below ``noise_floor_pct``.
+
+        One cell's repeats can agree by luck (three repeats that happen to match), so a cell is
+        never trusted beyond what the study's repeats show in general.
+        """
+        spreads = [
+            p.spread / 2
+            for per_level in cells.values()
+            for p in per_level.values()
+            if p.num_repeats > 1
+        ]
+        typical = statistics.median(spreads) if spreads else 0.0
+        return max(typical, self.noise_floor)
+
+    def _fit(
+        self,
+        option: Option,
+        mine: Mapping[int, Mapping[Level, Point]],
+        base_cells: Mapping[Level, Point],
+        workload: str,
+        noise: float,
+    ) -> PerfModel:
+        """The model of one option on one workload: its own points and the baseline's."""
+        points = [p for (w, _), p in base_cells.items() if w == workload]
+        points += [
+            _as_method(p, option.method)
+            for cells in mine.values()
+            for (w, _), p in cells.items()
+            if w == workload
+        ]
+        return PerfModel.fit(points, noise_floor=noise)
+
+
+def _run(p: Point, noise: float) -> _Run:
+    """A measured cell as a step time, c · (1 + E) / throughput, with its noise band."""
+    step = p.concurrency * (1 + sum(p.acceptance_per_pos)) / p.output_throughput_tok_s
+    return _Run(step, max(p.spread / 2, noise))
+
+
+def _step_floor(n: int, runs: Mapping[int, _Run], base: _Run | None) -> float:
+    """The smallest t_step(n) that a non-decreasing, convex t_step through the runs allows.
+
+    Below the knee a longer draft costs little, past it verification grows with every token:
+    t_step is convex in N, so it lies above every chord's extension outside the chord, and it
+    never falls as N grows. Bands are taken at their most permissive ends.
+    """
+    floor = base.low if base is not None else 0.0
+    left = sorted(m for m in runs if m < n)
+    right = sorted(m for m in runs if m > n)
+    if left:
+        a = runs[left[-1]]
+        floor = max(floor, a.low)
+        if len(left) >= 2:
+            b = runs[left[-2]]
+            slope = (a.low - b.high) / (left[-1] - left[-2])
+            floor = max(floor, a.low + slope * (n - left[-1]))
+    if len(right) >= 2:
+        a, b = runs[right[0]], runs[right[1]]
+        slope = (b.high - a.low) / (right[1] - right[0])
+        floor = max(floor, a.low - slope * (right[0] - n))
+    return floor
+
+
+def _max_accepted(method: str, curve: Sequence[float], n: int) -> float:
+    """The largest E(n) the measured acceptance allows: exact where measured for a
+    prefix-consistent drafter, the last a_i repeated past it (a_i never rises), n otherwise."""
+    rule = METHODS.get(method)
+    if rule is None or not rule.prefix_consistent or len(curve) == 0:
+        return float(n)
+    head = float(sum(curve[:n]))
+    return head + max(n - len(curve), 0) * float(curve[-1])
+
+
+def _speculative(space: SearchSpace) -> list[Option]:
+    return [o for o in space.options if o.method != BASELINE]
+
+
+def _spec_key(speculative_config: Mapping[str, object] | None) -> str:
+    return json.dumps(speculative_config, sort_keys=True)
+
+
+def _current_rows(rows: Sequence[MeasurementRecord]) -> list[MeasurementRecord]:
+    """Rows of each workload's newest prompt set only (older prompt sets never mix in)."""
+    digests = {w: latest_digest(rows, w) for w in {r.workload for r in rows}}
+    return [r for r in rows if r.workload_digest == digests[r.workload]]
+
+
+def _cells(rows: Sequence[MeasurementRecord]) -> dict[str, dict[Level, Point]]:
+    """speculative config -> (workload, concurrency) -> its repeats as one point."""
+    groups: dict[str, dict[Level, list[MeasurementRecord]]] = defaultdict(lambda: defaultdict(list))
+    for r in rows:
+        if r.output_throughput_tok_s > 0:
+            groups[_spec_key(r.speculative_config)][(r.workload, r.concurrency)].append(r)
+    return {
+        key: {level: _point(group) for level, group in cells.items()}
+        for key, cells in groups.items()
+    }
+
+
+def _by_level(cells: Mapping[str, Mapping[Level, Point]]) -> dict[Level, list[Point]]:
+    out: dict[Level, list[Point]] = defaultdict(list)
+    for per_level in cells.values():
+        for level, p in per_level.items():
+            out[level].append(p)
+    return out
+
+
+def _point(group: Sequence[MeasurementRecord]) -> Point:
+    """One cell's repeats as a model point: median throughput, spread, pooled a_i."""
+    first = group[0]
+    n = first.num_speculative_tokens
+    tputs = [r.output_throughput_tok_s for r in group]
+    med = statistics.median(tputs)
+    drafts = sum(r.num_drafts for r in group)
+    acceptance: tuple[float, ...] = ()
+    if n > 0 and drafts > 0 and all(len(r.accepted_per_pos) == n for r in group):
+        acceptance = tuple(
+            min(sum(r.accepted_per_pos[i] for r in group) / drafts, 1.0) for i in range(n)
+        )
+    return Point(
+        method=BASELINE if n == 0 else first.method,
+        num_speculative_tokens=n,
+        concurrency=first.concurrency,
+        output_throughput_tok_s=med,
+        acceptance_per_pos=acceptance,
+        num_repeats=len(tputs),
+        spread=(max(tputs) - min(tputs)) / med,
+    )
+
+
+def _as_method(p: Point, method: str) -> Point:
+    # Points are keyed by method in the model; an option's rows already carry it.
+    return (
+        p
+        if p.method == method
+        else Point(
+            method,
+            p.num_speculative_tokens,
+            p.concurrency,
+            p.output_throughput_tok_s,
+            p.acceptance_per_pos,
+            p.num_repeats,
+            p.spread,
+        )
+    )

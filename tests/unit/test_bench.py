@@ -1,0 +1,171 @@
+"""The search benchmark: truth and cost accounting of a landscape, the result keys and JSON lines,
+and the model-guided search beating the grid on a repository landscape (engine-seconds are
+accounting from the landscape, not wall time)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from autotune import api
+from autotune.cli.bench import bench
+from autotune.engine.landscape import COLUMNS, read_landscape
+from autotune.search.bench import (
+    RESULT_KEYS,
+    landscape_truth,
+    run_strategy,
+    study_from_landscape,
+    summarize,
+    time_to_target,
+)
+from autotune.store import Store
+
+REPO = Path(__file__).resolve().parents[2]
+LANDSCAPES = REPO / "bench" / "landscapes"
+
+# method, N, concurrency, tok/s per repeat, per-pos acceptance, engine_start_s, measure_s
+ROWS = [
+    ("none", 0, 1, (100, 102), "", 10, 2),
+    ("none", 0, 4, (300, 306), "", 10, 3),
+    ("ngram", 1, 1, (150, 152), "0.6", 12, 2),
+    ("ngram", 1, 4, (330, 336), "0.6", 12, 3),
+    ("ngram", 2, 1, (170, 174), "0.6;0.4", 14, 2),
+    ("ngram", 2, 4, (310, 316), "0.6;0.4", 14, 3),
+]
+
+
+def write(path: Path) -> Path:
+    lines = ["# a hand-written test landscape", ",".join(COLUMNS)]
+    for method, n, c, tputs, per_pos, start, measure in ROWS:
+        al = "" if not per_pos else f"{1 + sum(float(x) for x in per_pos.split(';')):.3f}"
+        for r, t in enumerate(tputs):
+            lines.append(
+                f"org/tiny,code,{method},,{n},{c},{r},{t},{al},{per_pos},{start},{measure}"
+            )
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_truth_and_grid_cost_by_hand(tmp_path: Path):
+    truth = landscape_truth(read_landscape(write(tmp_path / "l.csv")), repeats=2)
+    assert truth.levels == (("code", 1), ("code", 4))
+    assert truth.throughput[("code", 1)][("ngram", None, 2)] == pytest.approx(172)
+    assert truth.best(("code", 4)) == pytest.approx(333)
+    # Per config: its start + 2 repeats x (2 s at c=1 + 3 s at c=4).
+    assert truth.grid_engine_seconds == pytest.approx((10 + 10) + (12 + 10) + (14 + 10))
+    assert truth.regret_pct(("code", 4), ("ngram", None, 2)) == pytest.approx(100 * 20 / 333)
+    assert truth.regret_pct(("code", 4), None) == 100.0
+    # Oracle: baseline, ngram at its largest N (2, best at c=1) and ngram N=1 (best at c=4).
+    assert truth.oracle_engine_seconds == pytest.approx(truth.grid_engine_seconds)
+
+
+def test_study_from_landscape(tmp_path: Path):
+    land = write(tmp_path / "l.csv")
+    data = study_from_landscape(land, "x", sampler="tpe", seed=3)
+    assert data["model"]["name"] == "org/tiny"
+    assert data["workloads"] == ["code"] and data["concurrency"] == [1, 4]
+    assert data["methods"] == [{"method": "ngram", "num_speculative_tokens": {"min": 1, "max": 2}}]
+    assert (data["repeats"], data["sampler"], data["seed"]) == (2, "tpe", 3)
+    assert data["engine"] == {"kind": "replay", "landscape": str(land.resolve())}
+    created = api.create_study(Store(str(tmp_path / "s.db")), data=data, source=str(land))
+    assert created.resolved.landscape == str(land.resolve())
+
+
+def test_grid_run_costs_exactly_the_grid(tmp_path: Path):
+    # measure_s is the same in every repeat here, so the replayed cost is exact.
+    result = run_strategy(write(tmp_path / "l.csv"), "grid", seed=0)
+    assert tuple(result) == RESULT_KEYS
+    assert result["engine_starts"] == 3
+    assert result["engine_seconds"] == pytest.approx(result["grid_engine_seconds"])
+    assert result["engine_seconds"] == pytest.approx(66.0)
+    assert result["final_regret_pct"] == pytest.approx(0.0)
+    assert result["engine_seconds_to_target"] is not None
+    assert result["engine_seconds_to_target"] <= result["engine_seconds"]
+
+
+def test_time_to_target_must_hold_to_the_end():
+    assert time_to_target([10, 20, 30, 40], [50, 0.5, 2.0, 0.5], 1.0) == 40
+    assert time_to_target([10, 20, 30], [50, 0.5, 0.9], 1.0) == 20
+    assert time_to_target([10, 20], [0.5, 3.0], 1.0) is None
+    assert time_to_target([], [], 1.0) is None
+
+
+def test_cli_json_lines(tmp_path: Path):
+    land = write(tmp_path / "l.csv")
+    result = CliRunner().invoke(
+        bench,
+        [
+            "search",
+            "--landscape",
+            str(land),
+            "--strategy",
+            "model",
+            "--strategy",
+            "grid",
+            "--seeds",
+            "2",
+            "--jobs",
+            "1",
+            "--json",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    lines = [json.loads(line) for line in result.output.splitlines()]
+    assert [(r["strategy"], r["seed"]) for r in lines] == [
+        ("model", 0),
+        ("model", 1),
+        ("grid", 0),
+        ("grid", 1),
+    ]
+    assert all(set(r) == set(RESULT_KEYS) for r in lines)
+    table = CliRunner().invoke(
+        bench, ["search", "--landscape", str(land), "--strategy", "grid", "--seeds", "1"]
+    )
+    assert table.exit_code == 0 and "grid" in table.output and "oracle" in table.output
+
+
+def test_model_beats_grid_on_a_repository_landscape():
+    land = LANDSCAPES / "synthetic-qwen27b-dense.csv"
+    model = run_strategy(land, "model", seed=0)
+    grid = run_strategy(land, "grid", seed=0)
+    assert model["grid_engine_seconds"] == grid["grid_engine_seconds"]
+    assert model["engine_seconds_to_target"] is not None
+    assert model["engine_seconds_to_target"] <= 0.35 * model["grid_engine_seconds"]
+    assert grid["engine_seconds_to_target"] is not None
+    assert model["engine_seconds_to_target"] < grid["engine_seconds_to_target"]
+    assert model["engine_starts"] < grid["engine_starts"] == 31
+    assert model["final_regret_pct"] <= 1.0
+    (m, g) = summarize([model, grid])
+    assert m.median_to_target_ratio is not None and g.median_to_target_ratio is not None
+    assert m.median_to_target_ratio < g.median_to_target_ratio
+
+
+def _generator():
+    spec = importlib.util.spec_from_file_location(
+        "make_synthetic", REPO / "bench" / "make_synthetic.py"
+    )
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    # dataclasses look their module up in sys.modules while the module executes.
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_repository_landscapes_are_what_the_generator_writes(tmp_path: Path):
+    gen = _generator()
+    assert len(gen.LANDSCAPES) >= 3
+    for landscape in gen.LANDSCAPES:
+        written = gen.write(landscape, tmp_path)
+        committed = LANDSCAPES / written.name
+        assert written.read_text() == committed.read_text(), written.name
+        text = committed.read_text()
+        assert "NOT a measurement" in text and "ASSUMPTION" in text and "https://" in text
+        points = read_landscape(committed)
+        assert len({p.concurrency for p in points}) >= 3
+        assert len({p.repeat for p in points}) == 3

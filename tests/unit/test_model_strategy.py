@@ -1,0 +1,143 @@
+"""The model-guided strategy on small replayed landscapes built here from a known acceptance
+curve and a known step cost, t_step(N, c) = t0(c) + d · N, so the right answer is known."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from autotune import api
+from autotune.engine.landscape import LandscapePoint, write_landscape
+from autotune.search.bench import study_from_landscape
+from autotune.search.model_strategy import _Run, _step_floor
+from autotune.store import Store
+
+DRAFT = "org/toy-eagle3"
+T0 = {1: 0.010, 4: 0.012}  # baseline step per concurrency, seconds
+
+
+def toy_landscape(
+    path: Path,
+    acceptance: Sequence[float],
+    per_token_s: float,
+    skip_n: Sequence[int] = (),
+) -> Path:
+    """eagle3 N = 1..len(acceptance) at c = 1 and 4, two identical repeats, 30 s starts."""
+    points = []
+    for n in range(len(acceptance) + 1):
+        if n in skip_n:
+            continue
+        acc = tuple(acceptance[:n])
+        for c, t0 in T0.items():
+            tput = c * (1 + sum(acc)) / (t0 + per_token_s * n)
+            for r in range(2):
+                points.append(
+                    LandscapePoint(
+                        model="org/toy",
+                        workload="code",
+                        method="eagle3" if n else "none",
+                        draft=DRAFT if n else None,
+                        num_speculative_tokens=n,
+                        concurrency=c,
+                        repeat=r,
+                        output_throughput_tok_s=tput,
+                        mean_acceptance_length=1 + sum(acc) if n else None,
+                        acceptance_per_pos=acc,
+                        engine_start_s=30.0,
+                        measure_s=5.0,
+                    )
+                )
+    write_landscape(path, points)
+    return path
+
+
+def run(tmp_path: Path, landscape: Path, **data_over) -> tuple[Store, object]:
+    store = Store(str(tmp_path / "s.db"))
+    data = study_from_landscape(landscape, "toy", sampler="model", seed=0)
+    data.update(data_over)
+    api.create_study(store, data=data, source=str(landscape))
+    return store, api.run_study(store, "toy")
+
+
+def test_stops_early_when_the_largest_n_clearly_wins(tmp_path: Path):
+    # High acceptance everywhere and a cheap draft token: N=7 beats every smaller N by far.
+    land = toy_landscape(tmp_path / "l.csv", [0.95] * 7, per_token_s=0.0002)
+    store, summary = run(tmp_path, land)
+    trials = store.trials(store.get_study("toy"))
+    assert [t.num_speculative_tokens for t in trials][:2] == [0, 7]  # baseline, then N_max
+    # The grid has 8 configs; the model checks N_max's neighbor at most and stops.
+    assert len(trials) <= 4
+    assert summary.stop_reason == "no unmeasured config can beat the measured best"
+    assert summary.trials_skipped == 0
+    for c in T0:
+        assert api.recommend(store, "org/toy", "code", c).choice.best.num_speculative_tokens == 7
+
+
+def test_finds_the_known_best_n(tmp_path: Path):
+    # (1 + E(N)) / (1 + 15 N) per 10 ms is largest at N = 3 (by ~4%) at both levels.
+    acceptance = [0.9, 0.8, 0.5, 0.2, 0.1, 0.05, 0.02]
+    land = toy_landscape(tmp_path / "l.csv", acceptance, per_token_s=0.0015)
+    store, _ = run(tmp_path, land)
+    trials = store.trials(store.get_study("toy"))
+    assert len(trials) < 8
+    assert len({t.config_key for t in trials}) == len(trials)
+    assert api.recommend(store, "org/toy", "code", 1).choice.best.num_speculative_tokens == 3
+    assert api.recommend(store, "org/toy", "code", 4).choice.best.num_speculative_tokens == 3
+
+
+def test_a_failed_largest_n_falls_back_to_the_next(tmp_path: Path):
+    # N=7 is missing from the landscape, so its engine fails; N=6 becomes the anchor.
+    land = toy_landscape(tmp_path / "l.csv", [0.95] * 7, per_token_s=0.0002, skip_n=[7])
+    methods = [{"method": "eagle3", "draft": DRAFT, "num_speculative_tokens": {"max": 7}}]
+    store, summary = run(tmp_path, land, methods=methods)
+    trials = store.trials(store.get_study("toy"))
+    assert [(t.num_speculative_tokens, t.state) for t in trials][:3] == [
+        (0, "complete"),
+        (7, "failed"),
+        (6, "complete"),
+    ]
+    assert summary.trials_failed == 1
+
+
+def test_resume_continues_without_measuring_twice(tmp_path: Path):
+    acceptance = [0.9, 0.8, 0.5, 0.2, 0.1, 0.05, 0.02]
+    land = toy_landscape(tmp_path / "l.csv", acceptance, per_token_s=0.0015)
+    store = Store(str(tmp_path / "s.db"))
+    data = study_from_landscape(land, "toy", sampler="model", seed=0)
+    api.create_study(store, data=data, source=str(land))
+    first = api.run_study(store, "toy", max_configs=2)
+    assert first.trials_run == 2
+    api.run_study(store, "toy")
+    keys = [t.config_key for t in store.trials(store.get_study("toy"))]
+    assert len(keys) == len(set(keys)) > 2
+
+
+def test_model_is_the_default_sampler(tmp_path: Path):
+    land = toy_landscape(tmp_path / "l.csv", [0.95] * 3, per_token_s=0.0002)
+    data = study_from_landscape(land, "toy")
+    del data["sampler"]
+    created = api.create_study(Store(str(tmp_path / "s.db")), data=data, source=str(land))
+    assert created.resolved.spec.sampler == "model"
+
+
+def run_at(step_s: float, half_width: float = 0.0) -> _Run:
+    return _Run(step_s, half_width)
+
+
+def test_step_floor_is_the_convex_monotone_lower_bound():
+    runs = {2: run_at(1.0), 3: run_at(1.2), 8: run_at(3.0)}
+    base = run_at(0.5)
+    # Right of 3: the chord 2..3 extended (slope 0.2), at least t(3).
+    assert _step_floor(4, runs, base) == pytest.approx(1.4)
+    # Left of 2: the chord 2..3 extended left reaches 0.8, above the baseline's 0.5.
+    assert _step_floor(1, runs, base) == pytest.approx(0.8)
+    # Past the last run: the chord 3..8 extended (slope 0.36).
+    assert _step_floor(10, runs, base) == pytest.approx(3.72)
+    # One run and a baseline only: nothing but the baseline bounds N below the run.
+    assert _step_floor(1, {3: run_at(1.2)}, base) == pytest.approx(0.5)
+    # Bands are taken at their permissive ends: t(3) low = 1.2 / 1.1, t(2) high = 1 / 0.9.
+    noisy = {2: run_at(1.0, 0.1), 3: run_at(1.2, 0.1)}
+    low3, high2 = 1.2 / 1.1, 1.0 / 0.9
+    assert _step_floor(4, noisy, None) == pytest.approx(max(low3, low3 + (low3 - high2)))
