@@ -62,6 +62,9 @@ demo:  ## run studies/tiny-cpu.yaml end to end on the real vLLM CPU engine and p
 	$(AUTOTUNE) --db sqlite:///studies/demo.db study run tiny-cpu
 	$(AUTOTUNE) --db sqlite:///studies/demo.db recommend --model tiny --workload code --explain
 
+bench-search:  ## every landscape in bench/landscapes x every search strategy x 3 seeds, as one table
+	$(PY) bench/search_all.py --seeds 3
+
 recommend:  ## print the recommended --speculative-config: make recommend MODEL=kimi WORKLOAD=code
 	$(AUTOTUNE) recommend --model $(MODEL) --workload $(WORKLOAD)
 
