@@ -84,8 +84,8 @@ def show(name: str, count: int, tokenizer: str | None, as_json: bool) -> None:
 
     spec, path = load_workload(name)
     prepared = prepare(spec, Path(path).parent)
-    tok_name = tokenizer or "tiny:llama"
-    tok = _tokenizer(tok_name)
+    tok_name = tokenizer or "autotune's tiny BPE; --tokenizer MODEL for your model's"
+    tok = _tokenizer(tokenizer) if tokenizer else _tiny_tokenizer()
     stats = token_stats(list(prepared.prompts), tok)
     if as_json:
         echo_json(
@@ -117,6 +117,32 @@ def show(name: str, count: int, tokenizer: str | None, as_json: bool) -> None:
 
 def _fmt(v: Any) -> str:
     return f"{v:,.1f}" if isinstance(v, float) else str(v)
+
+
+def _tiny_tokenizer() -> Any:
+    """The tiny CPU model's byte-level BPE: trained in seconds, without building the model."""
+    import contextlib
+    import tempfile
+
+    from transformers import AutoTokenizer
+
+    from autotune.testing import tiny
+
+    llama = tiny.default_cache_dir() / "llama"
+    if (llama / "tokenizer.json").exists():
+        return AutoTokenizer.from_pretrained(str(llama))
+    out = tiny.default_cache_dir() / "tokenizer"
+    if not (out / "tokenizer.json").exists():
+        from pathlib import Path as _Path
+
+        from autotune.testing._tiny_build import build_tokenizer
+
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = _Path(tempfile.mkdtemp(dir=out.parent))
+        build_tokenizer(tmp)
+        with contextlib.suppress(OSError):  # another process finished first
+            tmp.rename(out)
+    return AutoTokenizer.from_pretrained(str(out))
 
 
 def _tokenizer(name: str) -> Any:
