@@ -79,6 +79,13 @@ def recommend(
         _print_prior(prior, fmt, explain)
         return
     config = rec.choice.best.speculative_config
+    from autotune.errors import AutotuneError
+    from autotune.recommend.validate import check_speculative_config
+
+    shown = render.dsd_config(rec.per_level) if fmt == "dsd" else config
+    problems = check_speculative_config(shown)
+    if problems:  # a bug in autotune, not in the user's input: say so loudly
+        raise AutotuneError(f"vLLM's SpeculativeConfig refuses the recommendation: {problems[0]}")
     if fmt == "json":
         click.echo(render.speculative_json(config))
     elif fmt == "yaml":
@@ -93,7 +100,7 @@ def recommend(
             )
         )
     else:
-        click.echo(render.speculative_json(render.dsd_config(rec.per_level)))
+        click.echo(render.speculative_json(shown))
     if explain:
         _explain(rec)
 
