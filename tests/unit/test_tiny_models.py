@@ -132,7 +132,8 @@ def test_files_and_build_info(tiny_dir: Path) -> None:
     for name in ("llama", "draft", "mtp"):  # the models vLLM loads a tokenizer from
         files = {f.name for f in (tiny_dir / name).iterdir()}
         assert {"tokenizer.json", "tokenizer_config.json"} <= files
-    assert not list(tiny_dir.glob(".*-*")), "temporary build directories left behind"
+    # (Leftover ".NAME-*" temp dirs are not checked here: the cache is shared, and a build
+    # killed mid-way, e.g. by the kill/resume test, may leave one; it is never renamed in.)
 
 
 def test_configs(tiny_dir: Path) -> None:
