@@ -5,7 +5,7 @@ Plain dataclasses, no Ray: the tuner and the in-process pool use them without im
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from autotune.engine._base import (
@@ -26,9 +26,18 @@ class Cell:
     repeat: int
 
 
+CellPlan = Callable[[Sequence[Measurement]], "Cell | None"]
+"""Chooses the next cell on a warm engine from what this engine measured so far (None: stop)."""
+
+
 @dataclass(frozen=True)
 class TrialJob:
-    """Everything one engine config needs: start it, warm it up, measure every cell, stop it."""
+    """Everything one engine config needs: start it, warm it up, measure its cells, stop it.
+
+    ``cells`` is every cell the job may measure, in order. Without a ``plan`` all of them are
+    measured; with one, the pool asks it for each next cell (it runs in the driver), so a
+    strategy can skip cells the measurements so far show cannot matter.
+    """
 
     trial_id: int
     config: EngineConfig
@@ -37,6 +46,15 @@ class TrialJob:
     settings: MeasureSettings
     warmup_requests: int = 4
     start_timeout_s: float = 3600.0
+    plan: CellPlan | None = None
+
+
+def next_cell(job: TrialJob, measured: Sequence[Measurement]) -> Cell | None:
+    """The job's next cell after ``measured`` (this engine's measurements so far), or None."""
+    if job.plan is not None:
+        return job.plan(measured)
+    done = {(m.workload, m.concurrency, m.repeat) for m in measured}
+    return next((c for c in job.cells if (c.workload, c.concurrency, c.repeat) not in done), None)
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,16 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 
-from autotune.cluster.jobs import Failed, Finished, Measured, Started, TrialEvent, TrialJob
-from autotune.engine._base import Engine
+from autotune.cluster.jobs import (
+    Failed,
+    Finished,
+    Measured,
+    Started,
+    TrialEvent,
+    TrialJob,
+    next_cell,
+)
+from autotune.engine._base import Engine, Measurement
 from autotune.errors import EngineError
 
 
@@ -49,8 +57,10 @@ def run_job(engine: Engine, job: TrialJob) -> list[TrialEvent]:
         events.append(Started(job.trial_id, info))
         if job.warmup_requests and job.workloads:
             engine.warmup(job.workloads[0], job.warmup_requests)
-        for cell in job.cells:
+        measured: list[Measurement] = []
+        while (cell := next_cell(job, measured)) is not None:
             m = engine.measure(by_name[cell.workload], cell.concurrency, cell.repeat, job.settings)
+            measured.append(m)
             events.append(Measured(job.trial_id, m))
         events.append(Finished(job.trial_id))
     except EngineError as exc:

@@ -17,7 +17,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from autotune.cluster.jobs import Failed, Finished, Measured, Started, TrialEvent, TrialJob
+from autotune.cluster.jobs import (
+    Failed,
+    Finished,
+    Measured,
+    Started,
+    TrialEvent,
+    TrialJob,
+    next_cell,
+)
 from autotune.engine._base import EngineInfo, Measurement, MeasureSettings, PreparedWorkload
 from autotune.errors import AutotuneError, EngineError
 
@@ -60,6 +68,7 @@ class _Running:
     deadline: float = 0.0
     engine_seconds: float = 0.0
     events: list[TrialEvent] = field(default_factory=list)
+    measured: list[Measurement] = field(default_factory=list)
 
 
 class RayPool:
@@ -190,6 +199,7 @@ class RayPool:
         if run.step == 0:
             events.append(Started(job.trial_id, result))
         elif run.step >= 2:
+            run.measured.append(result)
             events.append(Measured(job.trial_id, result))
         run.step += 1
         next_ref = self._next_step(run)
@@ -208,13 +218,10 @@ class RayPool:
             if job.warmup_requests and job.workloads:
                 return run.actor.warmup.remote(job.workloads[0].name, job.warmup_requests)
             run.step = 2
-        index = run.step - 2
-        if index < len(job.cells):
-            cell = job.cells[index]
-            return run.actor.measure.remote(
-                cell.workload, cell.concurrency, cell.repeat, job.settings
-            )
-        return None
+        cell = next_cell(job, run.measured)
+        if cell is None:
+            return None
+        return run.actor.measure.remote(cell.workload, cell.concurrency, cell.repeat, job.settings)
 
     def _release(self, run: _Running, graceful: bool = False) -> None:
         ray = self._ray

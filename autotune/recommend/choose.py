@@ -2,8 +2,9 @@
 
 Rank by a robust lower estimate of throughput — median − 1.4826·MAD over repeats, so one lucky
 run never wins — and treat configs within ``tie_pct`` of the best as tied, preferring the smaller
-N, then no draft model over one. The baseline (N = 0) competes too: when nothing beats it by more
-than the tie margin, the answer is "off".
+N, then no draft model over one. A config measured once where others were repeated (a screening
+run) is not ranked. The baseline (N = 0) competes too: when nothing beats it by more than the tie
+margin, the answer is "off".
 """
 
 from __future__ import annotations
@@ -94,6 +95,8 @@ class Choice:
     baseline: ConfigScore | None
     tied: tuple[ConfigScore, ...]
     ranked: tuple[ConfigScore, ...]
+    screened: tuple[ConfigScore, ...] = ()
+    """Screening runs (measured once where others were repeated): never chosen here."""
 
     @property
     def speedup(self) -> float | None:
@@ -159,6 +162,18 @@ def rank(scores: Iterable[ConfigScore], tie_pct: float = DEFAULT_TIE_PCT) -> lis
     return tied + rest
 
 
+def screen(scores: Iterable[ConfigScore]) -> tuple[list[ConfigScore], list[ConfigScore]]:
+    """Split one cell's configs into those that may be chosen and screening runs.
+
+    A config measured once where others were repeated is a screening run: the model-guided
+    search stops repeating a config whose first run shows it cannot win there, and one run
+    never wins against repeated ones.
+    """
+    scores = list(scores)
+    least = min(2, max((s.repeats for s in scores), default=0))
+    return [s for s in scores if s.repeats >= least], [s for s in scores if s.repeats < least]
+
+
 def latest_digest(rows: Iterable[MeasuredRow], workload: str) -> str | None:
     """The prompt-set digest of the newest measurement of ``workload``: older prompt sets never
     mix with it."""
@@ -187,7 +202,7 @@ def choose(
     groups: dict[str, list[MeasuredRow]] = defaultdict(list)
     for r in cell:
         groups[_config_key(r)].append(r)
-    scores = [score(g) for g in groups.values()]
+    scores, screened = screen(score(g) for g in groups.values())
     ranked = rank(scores, tie_pct)
     best = ranked[0]
     threshold = max(s.score_tok_s for s in scores) * (1.0 - tie_pct / 100.0)
@@ -202,6 +217,7 @@ def choose(
         baseline=baseline,
         tied=tied,
         ranked=tuple(ranked),
+        screened=tuple(screened),
     )
 
 
@@ -216,7 +232,8 @@ def choose_overall(
     concurrencies: Sequence[int],
     tie_pct: float = DEFAULT_TIE_PCT,
 ) -> Choice | None:
-    """One config for every concurrency level at once: the config measured at all levels whose
+    """One config for every concurrency level at once: the config measured at all levels (a
+    screening run counts: it is a real measurement of a config that loses there) whose
     geometric mean of (score / that level's best score) is highest, with the same tie rule."""
     per_level = [choose(rows, workload, c, tie_pct) for c in concurrencies]
     levels = [c for c in per_level if c is not None]
@@ -227,7 +244,9 @@ def choose_overall(
     common: dict[str, list[ConfigScore]] = defaultdict(list)
     for level in levels:
         top = level.ranked[0].score_tok_s if level.ranked else 0.0
-        for s in level.ranked:
+        # A screening run is a real measurement of a config that loses at this level: it counts
+        # toward the config's standing over all levels.
+        for s in (*level.ranked, *level.screened):
             common[json.dumps(s.speculative_config, sort_keys=True)].append(s)
         if top <= 0:
             return None

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from autotune.recommend.choose import DEFAULT_TIE_PCT, ConfigScore, rank, score
+from autotune.recommend.choose import DEFAULT_TIE_PCT, ConfigScore, rank, score, screen
 
 if TYPE_CHECKING:  # the store (SQLAlchemy) loads only when a study is read from it
     from autotune.store import MeasurementRecord, Store
@@ -246,7 +246,8 @@ def summary_frame(
     spread % over repeats, repeats, speedup (median / the baseline's median), mean acceptance
     length and pooled a_i (``acceptance_pos_i``); ``noisy`` when the spread exceeds
     ``max_spread_pct`` (default: the study's, from ``df.attrs``); ``rank`` within the cell by the
-    recommendation's rule, ``recommended`` for rank 1.
+    recommendation's rule (screening runs, measured once where others were repeated, last),
+    ``recommended`` for rank 1.
     """
     if max_spread_pct is None:
         max_spread_pct = float(df.attrs.get("max_spread_pct", DEFAULT_MAX_SPREAD_PCT))
@@ -258,7 +259,10 @@ def summary_frame(
         ]
         base = next((s for s in scores if s.is_baseline), None)
         first = cell.iloc[0]
-        for position, s in enumerate(rank(scores, tie_pct), start=1):
+        ranked, screened = screen(scores)
+        # Screening runs (measured once, never chosen) rank after every repeated config.
+        ordered = rank(ranked, tie_pct) + sorted(screened, key=lambda s: -s.score_tok_s)
+        for position, s in enumerate(ordered, start=1):
             row: dict[str, Any] = {
                 "workload": first["workload"],
                 "workload_digest": first["workload_digest"],

@@ -1,6 +1,8 @@
 """The model-guided search (sampler ``model``, the default): measure each method at its largest N,
 fit the acceptance × cost model, and start only the engine configs that could still beat the
 measured best at some (workload, concurrency) level, most promising first, until none can.
+Each such engine measures only the levels where it could win, and repeats a level only while
+its first run there leaves it in reach of the best: engine time goes where the optimum can be.
 
 A prefix-consistent drafter's run at N_max measures a_1..a_Nmax, so with the baseline it pins the
 model down enough to rank every other N; each further run narrows the step-cost line. The model
@@ -13,6 +15,7 @@ measured repeats.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import statistics
@@ -20,11 +23,12 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from autotune.engine._base import EngineConfig
+from autotune.cluster.jobs import Cell
+from autotune.engine._base import EngineConfig, Measurement
 from autotune.perf import PerfModel, Point
 from autotune.recommend.choose import DEFAULT_TIE_PCT, latest_digest
 from autotune.search.space import Option, SearchSpace
-from autotune.search.tuner import SearchState
+from autotune.search.tuner import SearchState, plan_cells
 from autotune.spec.loader import ResolvedStudy
 from autotune.spec.methods import BASELINE, METHODS
 from autotune.store import MeasurementRecord
@@ -46,6 +50,8 @@ class Candidate:
     """Where ``gain`` is reached."""
     reason: str
     """'model' (the model's range) or 'neighbor' (the convexity guard)."""
+    levels: frozenset[Level] = frozenset()
+    """The levels where it could beat the measured best: the only ones its engine measures."""
 
 
 @dataclass(frozen=True)
@@ -74,7 +80,9 @@ class ModelStrategy:
     trusted to, whatever its repeats say. ``prior_slack_pct``: while a method has one N
     measured, the split of its extra step cost into fixed and per-token parts is a prior, so
     the model's upper bounds for it are raised by this much (in practice: every method that
-    could come within this of the best gets a second N measured).
+    could come within this of the best gets a second N measured). ``screen_sigmas``: how many
+    times the study's noise a config measured once at a level may still gain on its repeats
+    before its further repeats there are skipped (:meth:`next_cell`).
 
     Order: the baseline, then each method at its largest allowed N (the largest that did not
     fail), then the candidates of :meth:`candidates`, highest predicted gain first. Stops
@@ -88,10 +96,16 @@ class ModelStrategy:
         margin_pct: float = DEFAULT_TIE_PCT / 2,
         noise_floor_pct: float = 0.25,
         prior_slack_pct: float = 15.0,
+        screen_sigmas: float = 3.0,
     ) -> None:
-        if min(margin_pct, noise_floor_pct, prior_slack_pct) < 0:
-            raise ValueError("margin_pct, noise_floor_pct and prior_slack_pct must be >= 0")
+        if min(margin_pct, noise_floor_pct, prior_slack_pct, screen_sigmas) < 0:
+            raise ValueError(
+                "margin_pct, noise_floor_pct, prior_slack_pct and screen_sigmas must be >= 0"
+            )
         self.study = study
+        self.screen_sigmas = screen_sigmas
+        self._levels: dict[str, frozenset[Level]] = {}
+        """Config key -> the levels its engine measures (decided when it is proposed)."""
         self.margin_pct = margin_pct
         self.noise_floor = noise_floor_pct / 100.0
         self.prior_slack = prior_slack_pct / 100.0
@@ -105,7 +119,81 @@ class ModelStrategy:
         if anchor is not None:
             return anchor
         ranked = self.candidates(state)
-        return ranked[0].config if ranked else None
+        if not ranked:
+            return None
+        self._levels[ranked[0].config.key()] = ranked[0].levels
+        return ranked[0].config
+
+    # --- what each engine measures ------------------------------------------------------------
+
+    def next_cell(
+        self, state: SearchState, config: EngineConfig, measured: Sequence[Measurement]
+    ) -> Cell | None:
+        """The next cell on ``config``'s warm engine: repeats outermost, as the tuner plans them,
+        but only where the config can matter.
+
+        The baseline and each method's first engine (its anchor) take every level: they are the
+        reference and what the model is fitted from. Any other config takes only the levels
+        where it was proposed (its upper bound beats the measured best there). After the first
+        repeat of a level, the next repeats are taken only while the config's median there,
+        raised by ``screen_sigmas`` times the study's noise, still reaches the level's measured
+        best: a config clearly beaten once is not measured again (and, measured once, it is
+        never chosen, see :func:`autotune.recommend.choose.screen`). A config still in reach of
+        the best after its repeats somewhere is then measured at every other level too (same
+        screen), so the one config for all levels is chosen among the contenders.
+        """
+        key = config.key()
+        if key not in self._levels:
+            self._levels[key] = self._levels_for(state, config)
+        everywhere = _levels_of(state.study)
+        taken = {(m.workload, m.concurrency, m.repeat) for m in measured}
+        mine: dict[Level, list[float]] = defaultdict(list)
+        for m in measured:
+            mine[(m.workload, m.concurrency)].append(m.output_throughput_tok_s)
+        judged: dict[Level, float] | None = None
+        noise = 0.0
+
+        def in_reach(level: Level) -> bool:
+            """Whether the config's median at ``level``, raised by the screen, reaches the
+            level's best among the other configs."""
+            nonlocal judged, noise
+            if judged is None:
+                cells = _cells(_current_rows(state.rows))
+                noise = self._noise(cells)
+                judged = self._incumbent(cells, noise)
+            best = judged.get(level)
+            optimistic = statistics.median(mine[level]) * (1 + self.screen_sigmas * noise)
+            return best is None or optimistic >= best
+
+        while True:
+            wanted = self._levels[key]
+            for cell in plan_cells(state.study):
+                level = (cell.workload, cell.concurrency)
+                if (cell.workload, cell.concurrency, cell.repeat) in taken or level not in wanted:
+                    continue
+                if cell.repeat == 0 or config.num_speculative_tokens == 0 or not mine.get(level):
+                    return cell
+                if in_reach(level):
+                    return cell
+            # Every wanted cell is done. A config that wins (or ties) where it was measured may
+            # be the one config to deploy at every level (``choose_overall``): while its engine
+            # is warm, it is measured everywhere else too, under the same screen.
+            full = state.study.spec.repeats
+            contender = any(len(mine[lv]) >= full and in_reach(lv) for lv in wanted if lv in mine)
+            if wanted >= everywhere or not contender:
+                return None
+            self._levels[key] = everywhere
+
+    def _levels_for(self, state: SearchState, config: EngineConfig) -> frozenset[Level]:
+        """Where a config not proposed by this instance (a resumed study) is measured."""
+        everywhere = _levels_of(state.study)
+        if config.num_speculative_tokens == 0:
+            return everywhere
+        found = {c.config.key(): c for c in self.candidates(state, include=config)}
+        cand = found.get(config.key())
+        if cand is None:
+            return everywhere
+        return cand.levels
 
     # --- phase 1: every method at its largest N ---------------------------------------------
 
@@ -125,25 +213,25 @@ class ModelStrategy:
 
     # --- phase 2: what could still win -------------------------------------------------------
 
-    def candidates(self, state: SearchState) -> list[Candidate]:
-        """Unmeasured configs that could beat the measured best at some level, best first.
+    def candidates(
+        self, state: SearchState, include: EngineConfig | None = None
+    ) -> list[Candidate]:
+        """Unmeasured configs that could beat the measured best at some level, best first
+        (``include``: judge this config too, even if it is taken).
 
         Options whose anchor has not finished are left out: nothing is known of them yet and
         their anchor is proposed (or running) first.
         """
         space = state.space
         taken = set(state.done) | state.in_flight
+        if include is not None:
+            taken.discard(include.key())
         rows = _current_rows(state.rows)
         cells = _cells(rows)
         noise = self._noise(cells)
         levels = sorted({(r.workload, r.concurrency) for r in rows})
         workloads = sorted({w for w, _ in levels})
-        # The measured best is taken at the low end of its noise band: the highest of several
-        # noisy medians overstates the truth, and pruning against it would be too eager.
-        incumbent = {
-            level: max(p.output_throughput_tok_s / (1 + max(p.spread / 2, noise)) for p in points)
-            for level, points in _by_level(cells).items()
-        }
+        incumbent = self._incumbent(cells, noise)
         baseline = space.baseline()
         base_cells = cells.get(_spec_key(None), {}) if baseline is not None else {}
         found: dict[str, Candidate] = {}
@@ -164,12 +252,14 @@ class ModelStrategy:
             for level in levels:
                 near = self._neighbors(option, mine, base_cells, level, incumbent, models, noise)
                 for n in near:
-                    if n in open_n and configs[n].key() not in found:
-                        cand = self._by_model(
-                            configs[n], option, n, levels, models, incumbent, slack, force=True
-                        )
-                        assert cand is not None
-                        found[cand.config.key()] = cand
+                    if n not in open_n:
+                        continue
+                    key = configs[n].key()
+                    cand = found.get(key) or self._by_model(
+                        configs[n], option, n, levels, models, incumbent, slack, force=True
+                    )
+                    assert cand is not None
+                    found[key] = dataclasses.replace(cand, levels=cand.levels | {level})
         # Most promising first; among equals the smaller N (cheaper to verify, and the choosing
         # rule prefers it on a tie).
         return sorted(
@@ -190,26 +280,42 @@ class ModelStrategy:
     ) -> Candidate | None:
         """A candidate when the model's upper bound beats some level's best (or ``force``)."""
         best_gain, best_upside, where = -math.inf, -math.inf, None
-        could_win = False
+        winning: set[Level] = set()
         for level in levels:
             w, c = level
             inc = incumbent.get(level)
             pred = models[w].predict(option.method, n, c)
             if inc is None or not pred.known:
                 # Nothing to compare with, or nothing to predict from: only a run can tell.
-                could_win = True
+                winning.add(level)
                 gain = upside = math.inf
             else:
                 gain, upside = pred.throughput_tok_s / inc, pred.high * slack / inc
-                could_win = could_win or upside > 1 + self.margin_pct / 100
+                if upside > 1 + self.margin_pct / 100:
+                    winning.add(level)
             if gain > best_gain:
                 best_gain, where = gain, level
             best_upside = max(best_upside, upside)
-        if not (could_win or force):
+        if not (winning or force):
             return None
         return Candidate(
-            config, best_gain, best_upside, where, "model" if could_win else "neighbor"
+            config,
+            best_gain,
+            best_upside,
+            where,
+            "model" if winning else "neighbor",
+            frozenset(winning),
         )
+
+    def _incumbent(
+        self, cells: Mapping[str, Mapping[Level, Point]], noise: float
+    ) -> dict[Level, float]:
+        """Each level's measured best, taken at the low end of its noise band: the highest of
+        several noisy medians overstates the truth, and pruning against it would be too eager."""
+        return {
+            level: max(p.output_throughput_tok_s / (1 + max(p.spread / 2, noise)) for p in points)
+            for level, points in _by_level(cells).items()
+        }
 
     def _neighbors(
         self,
@@ -285,15 +391,21 @@ def _run(p: Point, noise: float) -> _Run:
 
 
 def _step_floor(n: int, runs: Mapping[int, _Run], base: _Run | None) -> float:
-    """The smallest t_step(n) that a non-decreasing, convex t_step through the runs allows.
+    """The smallest t_step(n) that a non-decreasing, convex t_step through the runs allows,
+    whose cost per verified token never rises with N.
 
     Below the knee a longer draft costs little, past it verification grows with every token:
     t_step is convex in N, so it lies above every chord's extension outside the chord, and it
-    never falls as N grows. Bands are taken at their most permissive ends.
+    never falls as N grows. A step's fixed costs (weights read, launch, scheduling) amortize
+    over the N + 1 tokens it verifies and nothing in it grows faster than they do, so
+    t_step(n) / (n + 1) never rises with n: a shorter draft saves at most its share of tokens.
+    Bands are taken at their most permissive ends.
     """
     floor = base.low if base is not None else 0.0
     left = sorted(m for m in runs if m < n)
     right = sorted(m for m in runs if m > n)
+    if right:
+        floor = max(floor, runs[right[0]].low * (n + 1) / (right[0] + 1))
     if left:
         a = runs[left[-1]]
         floor = max(floor, a.low)
@@ -316,6 +428,10 @@ def _max_accepted(method: str, curve: Sequence[float], n: int) -> float:
         return float(n)
     head = float(sum(curve[:n]))
     return head + max(n - len(curve), 0) * float(curve[-1])
+
+
+def _levels_of(study: ResolvedStudy) -> frozenset[Level]:
+    return frozenset((w, c) for w in study.spec.workloads for c in study.spec.concurrency)
 
 
 def _speculative(space: SearchSpace) -> list[Option]:

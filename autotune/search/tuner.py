@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 from autotune.cluster.jobs import (
     Cell,
+    CellPlan,
     Failed,
     Finished,
     Measured,
@@ -121,6 +122,13 @@ class Strategy(Protocol):
         stops once nothing is in flight either)."""
         ...
 
+    def next_cell(
+        self, state: SearchState, config: EngineConfig, measured: Sequence[Measurement]
+    ) -> Cell | None:
+        """The next cell to measure on ``config``'s warm engine, given what it ``measured`` so
+        far (``state.rows`` holds every other trial's rows), or None to stop the engine."""
+        ...
+
 
 @dataclass
 class _InFlight:
@@ -141,7 +149,9 @@ class _Throughput(Protocol):
 
 
 def objective_value(measurements: Sequence[_Throughput]) -> float:
-    """Geometric mean over (workload, concurrency) of the median output throughput."""
+    """Geometric mean over the measured (workload, concurrency) cells of the median output
+    throughput (Optuna's trial value; the model-guided search leaves out cells where a config
+    cannot win, so compare values only between configs measured at the same cells)."""
     cells: dict[tuple[str, int], list[float]] = defaultdict(list)
     for m in measurements:
         cells[(m.workload, m.concurrency)].append(m.output_throughput_tok_s)
@@ -181,6 +191,7 @@ class Tuner:
         self.reporter = reporter or SilentReporter()
         self._prepare = prepare_workload
         self.strategy = strategy or make_strategy(self.study.spec.sampler, self.study)
+        self._everywhere: set[str] = set()
 
     # --- the loop -----------------------------------------------------------------------------
 
@@ -210,6 +221,14 @@ class Tuner:
             if t.state == "complete"
             else None
             for t in trials
+        }
+        # Configs measured at every (workload, concurrency): the ones "best so far" compares
+        # (the model-guided search measures most configs only where they could win).
+        self._everywhere = {
+            t.config_key
+            for t in trials
+            if len({(m.workload, m.concurrency) for m in stored if m.trial_id == t.id})
+            == self._num_levels
         }
         all_keys = {c.key() for c in self.space.configs()}
         engine_seconds = sum(t.engine_seconds or 0.0 for t in trials)
@@ -290,6 +309,7 @@ class Tuner:
                             settings=settings,
                             warmup_requests=spec.measurement.warmup_requests,
                             start_timeout_s=spec.measurement.start_timeout_s,
+                            plan=self._plan(trial_id, config, done, in_flight_keys),
                         )
                     )
                     self.reporter.trial_started(config)
@@ -325,6 +345,10 @@ class Tuner:
                                 run.trial_id, state="complete", engine_seconds=seconds
                             )
                             done[key] = value
+                            if len({(m.workload, m.concurrency) for m in run.measurements}) == (
+                                self._num_levels
+                            ):
+                                self._everywhere.add(key)
                             summary.trials_run += 1
                             self._tell(ostudy, run.optuna_number, value)
                             self.reporter.trial_finished(run.config, value, None, self._best(done))
@@ -351,6 +375,35 @@ class Tuner:
         return summary
 
     # --- helpers ------------------------------------------------------------------------------
+
+    def _plan(
+        self,
+        trial_id: int,
+        config: EngineConfig,
+        done: Mapping[str, float | None],
+        in_flight: set[str],
+    ) -> CellPlan | None:
+        """The strategy's cell plan for one trial (None: measure every cell, as Optuna's
+        samplers do). It sees the store as it is when each cell is chosen, less this trial's
+        own rows, which it gets as ``measured``."""
+        strategy = self.strategy
+        if strategy is None:
+            return None
+
+        def plan(measured: Sequence[Measurement]) -> Cell | None:
+            rows = [
+                r for r in self.store.measurements(study=self.record.name) if r.trial_id != trial_id
+            ]
+            state = SearchState(
+                study=self.study,
+                space=self.space,
+                rows=rows,
+                done=dict(done),
+                in_flight=frozenset(in_flight),
+            )
+            return strategy.next_cell(state, config, measured)
+
+        return plan
 
     def _optuna_storage(self) -> Any:
         import optuna
@@ -387,8 +440,13 @@ class Tuner:
             if "stop" not in str(exc):
                 raise
 
+    @property
+    def _num_levels(self) -> int:
+        return len(self.study.spec.workloads) * len(self.study.spec.concurrency)
+
     def _best(self, done: dict[str, float | None]) -> str | None:
-        scored = [(v, k) for k, v in done.items() if v is not None]
+        """The config with the highest objective among those measured at every level."""
+        scored = [(v, k) for k, v in done.items() if v is not None and k in self._everywhere]
         if not scored:
             return None
         value, key = max(scored)

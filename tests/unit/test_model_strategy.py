@@ -3,7 +3,8 @@ curve and a known step cost, t_step(N, c) = t0(c) + d · N, so the right answer 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pytest
@@ -21,18 +22,22 @@ T0 = {1: 0.010, 4: 0.012}  # baseline step per concurrency, seconds
 def toy_landscape(
     path: Path,
     acceptance: Sequence[float],
-    per_token_s: float,
+    per_token_s: float | Mapping[int, float],
     skip_n: Sequence[int] = (),
+    repeats: int = 2,
 ) -> Path:
-    """eagle3 N = 1..len(acceptance) at c = 1 and 4, two identical repeats, 30 s starts."""
+    """eagle3 N = 1..len(acceptance) at c = 1 and 4, identical repeats, 30 s starts.
+
+    ``per_token_s``: the step cost of one draft token, or per concurrency level."""
+    cost = per_token_s if isinstance(per_token_s, Mapping) else dict.fromkeys(T0, per_token_s)
     points = []
     for n in range(len(acceptance) + 1):
         if n in skip_n:
             continue
         acc = tuple(acceptance[:n])
         for c, t0 in T0.items():
-            tput = c * (1 + sum(acc)) / (t0 + per_token_s * n)
-            for r in range(2):
+            tput = c * (1 + sum(acc)) / (t0 + cost[c] * n)
+            for r in range(repeats):
                 points.append(
                     LandscapePoint(
                         model="org/toy",
@@ -87,6 +92,35 @@ def test_finds_the_known_best_n(tmp_path: Path):
     assert api.recommend(store, "org/toy", "code", 4).choice.best.num_speculative_tokens == 3
 
 
+def test_engines_measure_only_where_they_could_win(tmp_path: Path):
+    # At c = 4 a draft token costs more than the whole baseline step: speculation loses there
+    # at every N (the baseline wins by 30 % and more), while at c = 1 N = 3 wins as above.
+    acceptance = [0.9, 0.8, 0.5, 0.2, 0.1, 0.05, 0.02]
+    land = toy_landscape(tmp_path / "l.csv", acceptance, {1: 0.0015, 4: 0.02}, repeats=3)
+    store, _ = run(tmp_path, land)
+    trials = store.trials(store.get_study("toy"))
+    rows = store.measurements(study="toy")
+    repeats: dict[tuple[int, int], int] = defaultdict(int)  # (N, c) -> rows
+    for r in rows:
+        repeats[(r.num_speculative_tokens, r.concurrency)] += 1
+    assert [t.num_speculative_tokens for t in trials][:2] == [0, 7]
+    # The baseline is the reference: every level, every repeat.
+    assert repeats[(0, 1)] == repeats[(0, 4)] == 3
+    # The anchor takes every level once; at c = 4 its first run shows it cannot win: no repeats.
+    assert repeats[(7, 4)] == 1
+    # Every later engine measures c = 1, the one level where it could win; the winner there
+    # then runs once at c = 4 (a contender for the one config of all levels), the rest never.
+    later = {t.num_speculative_tokens for t in trials[2:]}
+    assert 3 in later and len(later) > 1
+    assert repeats[(3, 1)] == 3 and repeats[(3, 4)] == 1
+    assert all(repeats[(n, 4)] == 0 for n in later - {3})
+    assert api.recommend(store, "org/toy", "code", 1).choice.best.num_speculative_tokens == 3
+    off = api.recommend(store, "org/toy", "code", 4).choice
+    assert off.best.is_baseline and off.best.repeats == 3
+    # A screening run (N = 7 at c = 4, measured once) is never ranked.
+    assert all(s.num_speculative_tokens != 7 for s in off.ranked)
+
+
 def test_a_failed_largest_n_falls_back_to_the_next(tmp_path: Path):
     # N=7 is missing from the landscape, so its engine fails; N=6 becomes the anchor.
     land = toy_landscape(tmp_path / "l.csv", [0.95] * 7, per_token_s=0.0002, skip_n=[7])
@@ -126,17 +160,22 @@ def run_at(step_s: float, half_width: float = 0.0) -> _Run:
     return _Run(step_s, half_width)
 
 
-def test_step_floor_is_the_convex_monotone_lower_bound():
+def test_step_floor_is_the_convex_monotone_amortized_lower_bound():
     runs = {2: run_at(1.0), 3: run_at(1.2), 8: run_at(3.0)}
     base = run_at(0.5)
-    # Right of 3: the chord 2..3 extended (slope 0.2), at least t(3).
-    assert _step_floor(4, runs, base) == pytest.approx(1.4)
+    # Right of 3: the chord 2..3 extended reaches 1.4, but t(8) = 3.0 amortized over 9 tokens
+    # leaves at least 5 / 9 of it for 5 tokens.
+    assert _step_floor(4, runs, base) == pytest.approx(3.0 * 5 / 9)
+    # Without t(8): the chord 2..3 extended (slope 0.2), at least t(3).
+    assert _step_floor(4, {2: run_at(1.0), 3: run_at(1.2)}, base) == pytest.approx(1.4)
     # Left of 2: the chord 2..3 extended left reaches 0.8, above the baseline's 0.5.
     assert _step_floor(1, runs, base) == pytest.approx(0.8)
     # Past the last run: the chord 3..8 extended (slope 0.36).
     assert _step_floor(10, runs, base) == pytest.approx(3.72)
-    # One run and a baseline only: nothing but the baseline bounds N below the run.
-    assert _step_floor(1, {3: run_at(1.2)}, base) == pytest.approx(0.5)
+    # One run and a baseline: N = 1 verifies 2 tokens of N = 3's 4, so at least half its step.
+    assert _step_floor(1, {3: run_at(1.2)}, base) == pytest.approx(0.6)
+    # ... unless the baseline's own step is longer than that.
+    assert _step_floor(1, {3: run_at(1.2)}, run_at(0.7)) == pytest.approx(0.7)
     # Bands are taken at their permissive ends: t(3) low = 1.2 / 1.1, t(2) high = 1 / 0.9.
     noisy = {2: run_at(1.0, 0.1), 3: run_at(1.2, 0.1)}
     low3, high2 = 1.2 / 1.1, 1.0 / 0.9

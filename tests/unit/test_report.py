@@ -27,6 +27,7 @@ from autotune.report import (
     write_csv,
     write_html,
 )
+from autotune.report.frames import config_json
 from autotune.store import Store
 
 WORKLOADS = ("code", "chat")
@@ -203,6 +204,40 @@ def test_summary_recommends_what_recommend_chooses(filled, frame):
     assert set(summary[summary["recommended"] & (summary["concurrency"] == 16)]["config"]) == {
         "off"
     }
+
+
+def test_a_screening_run_is_never_chosen_and_ranks_last(filled, frame):
+    # Keep only the first repeat of code c=1's winner: one run against repeated configs.
+    store, _ = filled
+    rows = store.measurements(study=STUDY)
+    winner = choose(rows, "code", 1)
+    assert winner is not None and winner.best.repeats == 3
+    key = winner.best.speculative_config
+
+    def screened(r) -> bool:
+        return (r.workload, r.concurrency, r.speculative_config, r.repeat != 0) == (
+            "code", 1, key, True
+        )  # fmt: skip
+
+    choice = choose([r for r in rows if not screened(r)], "code", 1)
+    assert choice is not None
+    assert choice.best.speculative_config != key
+    assert all(s.speculative_config != key for s in choice.ranked)
+    # Where every config ran once (a study with repeats: 1), one run each is all there is.
+    once = choose([r for r in rows if r.repeat == 0], "code", 1)
+    assert once is not None and once.best.speculative_config == key
+
+    keep = ~(
+        (frame["workload"] == "code")
+        & (frame["concurrency"] == 1)
+        & (frame["speculative_config"] == config_json(key))
+        & (frame["repeat"] != 0)
+    )
+    summary = summary_frame(frame[keep])
+    cell = summary[(summary["workload"] == "code") & (summary["concurrency"] == 1)]
+    last = cell.sort_values("rank").iloc[-1]
+    assert json.loads(last["speculative_config"]) == key
+    assert last["repeats"] == 1 and not last["recommended"]
 
 
 # --- files -----------------------------------------------------------------------------------
