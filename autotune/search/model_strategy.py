@@ -151,19 +151,23 @@ class ModelStrategy:
         for m in measured:
             mine[(m.workload, m.concurrency)].append(m.output_throughput_tok_s)
         judged: dict[Level, float] | None = None
-        noise = 0.0
+        noise: dict[Level, float] = {}
 
         def in_reach(level: Level) -> bool:
             """Whether the config's median at ``level``, raised by the screen, reaches the
-            level's best among the other configs."""
-            nonlocal judged, noise
+            level's best among the other configs. The screen is the study's noise, or the
+            level's own where its repeats spread wider (one level can be noisier than the rest)."""
+            nonlocal judged
             if judged is None:
                 cells = _cells(_current_rows(state.rows))
-                noise = self._noise(cells)
-                judged = self._incumbent(cells, noise)
+                typical = self._noise(cells)
+                judged = self._incumbent(cells, typical)
+                for lv, points in _by_level(cells).items():
+                    spreads = [p.spread / 2 for p in points if p.num_repeats > 1]
+                    noise[lv] = max([typical, statistics.median(spreads)] if spreads else [typical])
             best = judged.get(level)
-            optimistic = statistics.median(mine[level]) * (1 + self.screen_sigmas * noise)
-            return best is None or optimistic >= best
+            screen = 1 + self.screen_sigmas * noise.get(level, self.noise_floor)
+            return best is None or statistics.median(mine[level]) * screen >= best
 
         while True:
             wanted = self._levels[key]

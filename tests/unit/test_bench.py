@@ -145,6 +145,39 @@ def test_model_beats_grid_on_a_repository_landscape():
     assert m.median_to_target_ratio < g.median_to_target_ratio
 
 
+REAL = sorted(LANDSCAPES.glob("cpu-*.csv"))
+
+
+def test_the_repository_records_real_landscapes():
+    assert len(REAL) >= 2
+    for path in REAL:
+        text = path.read_text()
+        assert text.startswith("# RECORDED on vLLM") and "Real measurements" in text
+        points = read_landscape(path)
+        assert len({p.concurrency for p in points}) >= 3
+        assert len({p.method for p in points} - {"none"}) >= 2
+        assert len({p.repeat for p in points}) == 3
+        for p in points:
+            # Real acceptance: every drafter accepts some, never all, of its tokens.
+            assert (p.method == "none") == (p.acceptance_per_pos == ())
+            assert all(0 < a < 1 for a in p.acceptance_per_pos), (path.name, p)
+
+
+@pytest.mark.parametrize("path", REAL, ids=lambda p: p.stem)
+def test_model_reaches_the_noise_matched_target_on_real_landscapes(path: Path):
+    # The tolerance of a noisy landscape is its median repeat spread (bench/search_all.py).
+    spec = importlib.util.spec_from_file_location("search_all", REPO / "bench" / "search_all.py")
+    assert spec and spec.loader
+    search_all = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(search_all)
+    tolerance = search_all.tolerance_pct(path)
+    assert 1 < tolerance <= 10
+    result = run_strategy(path, "model", seed=0, tolerance=tolerance)
+    assert result["engine_seconds_to_target"] is not None
+    assert result["final_regret_pct"] <= tolerance
+    assert result["engine_seconds"] < 0.7 * result["grid_engine_seconds"]
+
+
 def _generator():
     spec = importlib.util.spec_from_file_location(
         "make_synthetic", REPO / "bench" / "make_synthetic.py"
