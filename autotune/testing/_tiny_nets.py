@@ -62,6 +62,13 @@ def split_heads(x: Tensor, num_heads: int) -> Tensor:
     return x.view(b, t, num_heads, d // num_heads).transpose(1, 2)
 
 
+def heads(w: Weights, name: str, x: Tensor, dims: Dims, positions: Tensor | None = None) -> Tensor:
+    """Project ``x`` by checkpoint tensor ``name`` into [B, heads, T, head_dim], with RoPE at
+    ``positions`` if given (the Llama/MiMo q, k and v projections)."""
+    y = split_heads(linear(w, name, x), dims.num_heads)
+    return y if positions is None else rope(y, positions, dims.rope_theta)
+
+
 def merge_heads(x: Tensor) -> Tensor:
     b, h, t, d = x.shape
     return x.transpose(1, 2).reshape(b, t, h * d)
@@ -92,17 +99,9 @@ def target_forward(w: Weights, ids: Tensor, dims: Dims) -> tuple[Tensor, list[Te
     for i in range(dims.num_layers):
         p = f"model.layers.{i}."
         x = rms_norm(h, w[p + "input_layernorm.weight"], dims.rms_norm_eps)
-        q = rope(
-            split_heads(linear(w, p + "self_attn.q_proj", x), dims.num_heads),
-            positions,
-            dims.rope_theta,
-        )
-        k = rope(
-            split_heads(linear(w, p + "self_attn.k_proj", x), dims.num_heads),
-            positions,
-            dims.rope_theta,
-        )
-        v = split_heads(linear(w, p + "self_attn.v_proj", x), dims.num_heads)
+        q = heads(w, p + "self_attn.q_proj", x, dims, positions)
+        k = heads(w, p + "self_attn.k_proj", x, dims, positions)
+        v = heads(w, p + "self_attn.v_proj", x, dims)
         a = merge_heads(F.scaled_dot_product_attention(q, k, v, attn_mask=mask))
         h = h + linear(w, p + "self_attn.o_proj", a)
         x = rms_norm(h, w[p + "post_attention_layernorm.weight"], dims.rms_norm_eps)
@@ -115,7 +114,7 @@ def target_forward(w: Weights, ids: Tensor, dims: Dims) -> tuple[Tensor, list[Te
 @torch.no_grad()
 def greedy_generate(w: Weights, prompts: Tensor, dims: Dims, max_new_tokens: int) -> Tensor:
     """Greedy continuation of equal-length prompts [B, P] with a KV cache: [B, P + new]."""
-    eps, nh = dims.rms_norm_eps, dims.num_heads
+    eps = dims.rms_norm_eps
     cache: list[tuple[Tensor, Tensor]] = []
     ids = prompts
     step_ids = prompts
@@ -129,13 +128,9 @@ def greedy_generate(w: Weights, prompts: Tensor, dims: Dims, max_new_tokens: int
         for i in range(dims.num_layers):
             p = f"model.layers.{i}."
             x = rms_norm(h, w[p + "input_layernorm.weight"], eps)
-            q = rope(
-                split_heads(linear(w, p + "self_attn.q_proj", x), nh), positions, dims.rope_theta
-            )
-            k = rope(
-                split_heads(linear(w, p + "self_attn.k_proj", x), nh), positions, dims.rope_theta
-            )
-            v = split_heads(linear(w, p + "self_attn.v_proj", x), nh)
+            q = heads(w, p + "self_attn.q_proj", x, dims, positions)
+            k = heads(w, p + "self_attn.k_proj", x, dims, positions)
+            v = heads(w, p + "self_attn.v_proj", x, dims)
             if len(cache) > i:
                 k = torch.cat([cache[i][0], k], 2)
                 v = torch.cat([cache[i][1], v], 2)
@@ -184,19 +179,9 @@ def eagle3_chain(
         positions = torch.arange(t) + s
         e = rms_norm(embed[tokens[:, s + 1 : s + 1 + t]], w[p + "input_layernorm.weight"], eps)
         x = torch.cat([e, rms_norm(h, w[p + "hidden_norm.weight"], eps)], dim=-1)
-        q = rope(
-            split_heads(linear(w, p + "self_attn.q_proj", x), dims.num_heads),
-            positions,
-            dims.rope_theta,
-        )
-        keys.append(
-            rope(
-                split_heads(linear(w, p + "self_attn.k_proj", x), dims.num_heads),
-                positions,
-                dims.rope_theta,
-            )
-        )
-        values.append(split_heads(linear(w, p + "self_attn.v_proj", x), dims.num_heads))
+        q = heads(w, p + "self_attn.q_proj", x, dims, positions)
+        keys.append(heads(w, p + "self_attn.k_proj", x, dims, positions))
+        values.append(heads(w, p + "self_attn.v_proj", x, dims))
         a = F.scaled_dot_product_attention(
             q, torch.cat(keys, 2), torch.cat(values, 2), attn_mask=_chain_mask(t, s)
         )
@@ -244,19 +229,9 @@ def mimo_mtp_chain(
             ),
         )
         y = rms_norm(x, w[p + "input_layernorm.weight"], eps)
-        q = rope(
-            split_heads(linear(w, p + "self_attn.q_proj", y), dims.num_heads),
-            positions,
-            dims.rope_theta,
-        )
-        keys.append(
-            rope(
-                split_heads(linear(w, p + "self_attn.k_proj", y), dims.num_heads),
-                positions,
-                dims.rope_theta,
-            )
-        )
-        values.append(split_heads(linear(w, p + "self_attn.v_proj", y), dims.num_heads))
+        q = heads(w, p + "self_attn.q_proj", y, dims, positions)
+        keys.append(heads(w, p + "self_attn.k_proj", y, dims, positions))
+        values.append(heads(w, p + "self_attn.v_proj", y, dims))
         a = F.scaled_dot_product_attention(
             q, torch.cat(keys, 2), torch.cat(values, 2), attn_mask=_chain_mask(t, s)
         )

@@ -10,12 +10,18 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from autotune.errors import NotFoundError
 from autotune.testing import TINY_NAMES, build, build_info, is_tiny, resolve, weights_digest
 from autotune.testing.tiny import INFO_FILE, NEEDS, source_digest
+
+if TYPE_CHECKING:  # torch is imported inside the tests that need it
+    import torch
+
+    from autotune.testing._tiny_nets import Dims, Weights
 
 
 @pytest.fixture(scope="module")
@@ -62,6 +68,22 @@ def test_tokenizer_is_deterministic(tmp_path: Path) -> None:
     assert a.read_bytes() == b.read_bytes()
 
 
+def _random_target(gen: torch.Generator, dims: Dims) -> Weights:
+    """A random 2-layer Llama of ``dims`` (hidden 32, vocab 64) in checkpoint tensor names."""
+    import torch
+
+    from autotune.testing import _tiny_build as tb
+
+    w = {
+        "model.embed_tokens.weight": torch.randn(64, 32, generator=gen),
+        "model.norm.weight": torch.ones(32),
+        "lm_head.weight": torch.randn(64, 32, generator=gen),
+    }
+    for n in range(2):
+        w.update(tb._decoder_layer(gen, f"model.layers.{n}.", dims, 32))
+    return w
+
+
 def test_training_is_deterministic() -> None:
     """A few seeded steps twice give bit-identical weights (deterministic kernels on)."""
     import torch
@@ -78,13 +100,7 @@ def test_training_is_deterministic() -> None:
     try:
         for _ in range(2):
             gen = torch.Generator().manual_seed(0)
-            w = {
-                "model.embed_tokens.weight": torch.randn(64, 32, generator=gen),
-                "model.norm.weight": torch.ones(32),
-                "lm_head.weight": torch.randn(64, 32, generator=gen),
-            }
-            for n in range(2):
-                w.update(tb._decoder_layer(gen, f"model.layers.{n}.", dims, 32))
+            w = _random_target(gen, dims)
 
             def loss(batch: torch.Tensor, w: dict = w) -> torch.Tensor:
                 logits, _ = target_forward(w, batch[:, :-1], dims)
@@ -102,18 +118,11 @@ def test_training_is_deterministic() -> None:
 def test_kv_cached_generation_matches_full_forward() -> None:
     import torch
 
-    from autotune.testing import _tiny_build as tb
     from autotune.testing._tiny_nets import Dims, greedy_generate, target_forward
 
     dims = Dims(hidden_size=32, intermediate_size=64, num_layers=2, num_heads=4, vocab_size=64)
     gen = torch.Generator().manual_seed(0)
-    w = {
-        "model.embed_tokens.weight": torch.randn(64, 32, generator=gen),
-        "model.norm.weight": torch.ones(32),
-        "lm_head.weight": torch.randn(64, 32, generator=gen),
-    }
-    for n in range(2):
-        w.update(tb._decoder_layer(gen, f"model.layers.{n}.", dims, 32))
+    w = _random_target(gen, dims)
     prompts = torch.randint(0, 64, (3, 5), generator=gen)
     out = greedy_generate(w, prompts, dims, max_new_tokens=6)
     logits, _ = target_forward(w, out[:, :-1], dims)
