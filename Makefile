@@ -42,8 +42,8 @@ endif
 test:  ## unit tests, then integration tests on the real vLLM engine (CPU build where no GPU)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-test-unit:  ## unit tests only (no vLLM engine)
-	$(PY) -m pytest -m "not integration" $(PYTEST_ARGS)
+test-unit:  ## the fast loop: unit tests without the vLLM engine or the tiny models' training
+	$(PY) -m pytest -m "not integration and not models" $(PYTEST_ARGS)
 
 test-integration:  ## integration tests only (real vLLM engine in Ray actors)
 	$(PY) -m pytest -m integration $(PYTEST_ARGS)

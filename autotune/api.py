@@ -61,6 +61,23 @@ def create_study(
     return Created(record, resolved)
 
 
+def create_replay_study(
+    store: Store,
+    landscape: Path,
+    name: str,
+    *,
+    sampler: str = "model",
+    repeats: int | None = None,
+    replace: bool = False,
+) -> Created:
+    """A study that replays a recorded sweep (docs/landscapes.md): the landscape's model,
+    workloads, concurrency levels, methods and N ranges, on the ``replay`` engine."""
+    from autotune.search.bench import study_from_landscape
+
+    data = study_from_landscape(landscape, name, sampler=sampler, repeats=repeats)
+    return create_study(store, data=data, source=str(landscape), replace=replace)
+
+
 def get_study(store: Store, name: str) -> tuple[StudyRecord, ResolvedStudy, list[TrialRecord]]:
     record = store.get_study(name)
     return record, ResolvedStudy.from_json(record.resolved_json), store.trials(record)
@@ -95,6 +112,8 @@ def run_study(
     record = store.get_study(name)
     resolved = ResolvedStudy.from_json(record.resolved_json)
     factory = _pool_factory(resolved, record, ray_address, max_engines, log_to_driver)
+    # Trials a dead driver left running: their engines are gone, measure them again.
+    store.abandon_running_trials(record)
     tuner = Tuner(store, record, factory, reporter=reporter)
     summary = tuner.run(max_configs=max_configs)
     save_recommendations(store, record)

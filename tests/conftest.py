@@ -60,3 +60,11 @@ def file_digest(path: Path) -> str | None:
                 h.update(repr(tuple(row)).encode())
     engine.dispose()
     return h.hexdigest()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests that need the trained tiny models (the ``tiny_dir`` fixture builds them, minutes on
+    2 cores the first time) are marked ``models``: ``make test-unit`` leaves them out."""
+    for item in items:
+        if "tiny_dir" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.models)

@@ -26,7 +26,7 @@ def bench() -> None:
     "--landscape",
     required=True,
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="Landscape CSV to replay (a recorded sweep; format in DESIGN.md).",
+    help="Landscape CSV to replay (a recorded sweep; format: docs/landscapes.md).",
 )
 @click.option(
     "--strategy",

@@ -22,7 +22,7 @@ from autotune.cli._common import Context, pass_ctx
 )
 @pass_ctx
 def export(ctx: Context, study: str, output: Path) -> None:
-    """Write a study's measurements as a landscape CSV (see DESIGN.md, "Landscape files").
+    """Write a study's measurements as a landscape CSV (format: docs/landscapes.md).
 
     The file replays through the `replay` engine: `autotune study create --landscape FILE`
     and `autotune bench search --landscape FILE`.

@@ -43,6 +43,9 @@ class RichReporter:
             "engine configs", total=total_configs, completed=done_configs, status=""
         )
 
+    def planned(self, total_configs: int) -> None:
+        self.progress.update(self.task, total=total_configs)
+
     def _status(self) -> str:
         parts = []
         if self.current:

@@ -49,6 +49,12 @@ def study() -> None:
     help="Quick study: method to search (repeatable) [default: the catalog's for the model].",
 )
 @click.option("--repeats", type=int, default=None, help="Quick study: repeats per measurement.")
+@click.option(
+    "--landscape",
+    type=click.Path(path_type=Path),
+    metavar="CSV",
+    help="Replay study of a recorded sweep (docs/landscapes.md); needs --name.",
+)
 @click.option("--replace", is_flag=True, help="Replace an existing study of the same name.")
 @json_option
 @pass_ctx
@@ -61,6 +67,7 @@ def create(
     concurrency: tuple[int, ...],
     methods: tuple[str, ...],
     repeats: int | None,
+    landscape: Path | None,
     replace: bool,
     as_json: bool,
 ) -> None:
@@ -73,12 +80,17 @@ def create(
     Example:
       autotune study create studies/tiny-cpu.yaml
       autotune study create --model tiny --workload code --concurrency 1 --concurrency 4
+      autotune study create --landscape bench/landscapes/cpu-tiny-llama.csv --name replayed
     """
     from autotune import api
     from autotune.errors import SpecError
 
     store = ctx.store()
-    if file is not None:
+    if landscape is not None:
+        if file is not None or model or workloads or concurrency or methods or not name:
+            raise SpecError("--landscape takes --name (and --repeats) only", source="study create")
+        created = api.create_replay_study(store, landscape, name, repeats=repeats, replace=replace)
+    elif file is not None:
         if model or workloads or name or concurrency or methods or repeats:
             raise SpecError(
                 "give either FILE or the quick-study flags, not both", source="study create"

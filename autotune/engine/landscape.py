@@ -1,4 +1,4 @@
-"""Landscape files: a recorded sweep, one CSV row per measured point (format in DESIGN.md).
+"""Landscape files: a recorded sweep, one CSV row per measured point (format: docs/landscapes.md).
 
 ``model,workload,method,draft,num_speculative_tokens,concurrency,repeat,
 output_throughput_tok_s,mean_acceptance_length,acceptance_per_pos,engine_start_s,measure_s``

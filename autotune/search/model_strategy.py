@@ -28,7 +28,7 @@ from autotune.engine._base import EngineConfig, Measurement
 from autotune.perf import PerfModel, Point
 from autotune.recommend.choose import DEFAULT_TIE_PCT, latest_digest
 from autotune.search.space import Option, SearchSpace
-from autotune.search.tuner import SearchState, plan_cells
+from autotune.search.strategy import SearchState, plan_cells
 from autotune.spec.loader import ResolvedStudy
 from autotune.spec.methods import BASELINE, METHODS
 from autotune.store import MeasurementRecord
@@ -71,7 +71,7 @@ class _Run:
 
 
 class ModelStrategy:
-    """Proposes engine configs for the tuner (see :class:`autotune.search.tuner.Strategy`).
+    """Proposes engine configs for the tuner (the :class:`autotune.search.strategy.Strategy` interface).
 
     ``margin_pct``: a config is worth an engine start only if an upper bound of its throughput
     beats the measured best of some level (at the low end of its noise band) by more than this;
@@ -82,7 +82,9 @@ class ModelStrategy:
     the model's upper bounds for it are raised by this much (in practice: every method that
     could come within this of the best gets a second N measured). ``screen_sigmas``: how many
     times the study's noise a config measured once at a level may still gain on its repeats
-    before its further repeats there are skipped (:meth:`next_cell`).
+    before its further repeats there are skipped (:meth:`next_cell`). ``close_call_cells``: how
+    many extra repeats a run may spend on levels whose top two configs lie within twice the
+    study's noise of each other (None: as many as the study has levels times repeats).
 
     Order: the baseline, then each method at its largest allowed N (the largest that did not
     fail), then the candidates of :meth:`candidates`, highest predicted gain first. Stops
@@ -97,20 +99,54 @@ class ModelStrategy:
         noise_floor_pct: float = 0.25,
         prior_slack_pct: float = 15.0,
         screen_sigmas: float = 3.0,
+        close_call_cells: int | None = None,
     ) -> None:
         if min(margin_pct, noise_floor_pct, prior_slack_pct, screen_sigmas) < 0:
             raise ValueError(
                 "margin_pct, noise_floor_pct, prior_slack_pct and screen_sigmas must be >= 0"
             )
         self.study = study
+        self.reason = ""
         self.screen_sigmas = screen_sigmas
+        self.close_call_cells = close_call_cells
+        """Extra repeats for close calls per run (None: one per level and repeat)."""
+        self._close_calls = 0
         self._levels: dict[str, frozenset[Level]] = {}
         """Config key -> the levels its engine measures (decided when it is proposed)."""
         self.margin_pct = margin_pct
         self.noise_floor = noise_floor_pct / 100.0
         self.prior_slack = prior_slack_pct / 100.0
 
-    def propose(self, state: SearchState) -> EngineConfig | None:
+    def propose(self, state: SearchState, slots: int) -> list[EngineConfig]:
+        """Up to ``slots`` configs: each next one is chosen as if the ones before it were
+        running (their options' anchors are, so the model waits for their curves)."""
+        out: list[EngineConfig] = []
+        while len(out) < slots:
+            config = self._propose_one(state)
+            if config is None:
+                break
+            out.append(config)
+            state = dataclasses.replace(state, in_flight=state.in_flight | {config.key()})
+        if not out:
+            self.reason = "no unmeasured config can beat the measured best"
+        return out
+
+    def observe(self, config: EngineConfig, value: float | None) -> None:
+        """Nothing to keep: every decision is taken afresh from the stored measurements."""
+
+    def planned(self, state: SearchState) -> int:
+        """Finished and running configs, the anchors not yet started, and the candidates that
+        could still win now."""
+        anchors = [
+            o
+            for o in _speculative(state.space)
+            if not any(state.space.config(o, n).key() in state.taken() for n in o.n_values)
+        ]
+        baseline = state.space.baseline()
+        missing_base = baseline is not None and baseline.key() not in state.taken()
+        return len(state.taken()) + len(anchors) + int(missing_base) + len(self.candidates(state))
+
+    def _propose_one(self, state: SearchState) -> EngineConfig | None:
         taken = set(state.done) | state.in_flight
         baseline = state.space.baseline()
         if baseline is not None and baseline.key() not in taken:
@@ -184,9 +220,76 @@ class ModelStrategy:
             # is warm, it is measured everywhere else too, under the same screen.
             full = state.study.spec.repeats
             contender = any(len(mine[lv]) >= full and in_reach(lv) for lv in wanted if lv in mine)
-            if wanted >= everywhere or not contender:
-                return None
-            self._levels[key] = everywhere
+            rest = everywhere - wanted
+            # While its engine is warm a level costs one measurement and no start: a contender
+            # is measured everywhere, any other config where it could still come within the
+            # noise of the level's best.
+            extra = rest if contender else self._within_noise(state, config, rest)
+            if not extra:
+                return self._close_call(state, mine)
+            self._levels[key] = wanted | extra
+
+    def _close_call(self, state: SearchState, mine: Mapping[Level, list[float]]) -> Cell | None:
+        """One more repeat where this engine's config and the level's best other config lie
+        within the noise of each other (the top two), while the study's allowance of such
+        cells lasts: the choice between them should not rest on the luck of a few repeats.
+        Only a warm engine is repeated; the other config's engine is not started again."""
+        full = state.study.spec.repeats
+        allowance = self.close_call_cells
+        if allowance is None:
+            allowance = len(_levels_of(state.study)) * full
+        if self._close_calls >= allowance:
+            return None
+        cells = _cells(_current_rows(state.rows))
+        noise = self._noise(cells)
+        others = _by_level(cells)
+        for level, tputs in sorted(mine.items()):
+            if not full <= len(tputs) < 2 * full:
+                continue
+            rivals = sorted(
+                (p.output_throughput_tok_s for p in others.get(level, ())), reverse=True
+            )
+            median = statistics.median(tputs)
+            if not rivals or (len(rivals) > 1 and median < rivals[1]):
+                continue  # not one of the top two
+            if abs(median / rivals[0] - 1) <= 2 * noise:
+                self._close_calls += 1
+                return Cell(workload=level[0], concurrency=level[1], repeat=len(tputs))
+        return None
+
+    def _within_noise(
+        self, state: SearchState, config: EngineConfig, levels: frozenset[Level]
+    ) -> frozenset[Level]:
+        """The ``levels`` where ``config``'s upper bound, raised by the study's noise, reaches
+        the level's measured best (levels nothing predicts for count as reachable)."""
+        option = next(
+            (
+                o
+                for o in _speculative(state.space)
+                if (o.method, o.draft, dict(o.params))
+                == (config.method, config.draft, dict(config.method_params))
+            ),
+            None,
+        )
+        if option is None or not levels:
+            return frozenset()
+        cells = _cells(_current_rows(state.rows))
+        noise = self._noise(cells)
+        incumbent = self._incumbent(cells, noise)
+        mine = {
+            n: cells.get(_spec_key(state.space.config(option, n).speculative_config()), {})
+            for n in option.n_values
+        }
+        base_cells = cells.get(_spec_key(None), {})
+        out = set()
+        for w, c in levels:
+            inc = incumbent.get((w, c))
+            pred = self._fit(option, mine, base_cells, w, noise).predict(
+                option.method, config.num_speculative_tokens, c
+            )
+            if inc is None or not pred.known or pred.high * (1 + noise) >= inc:
+                out.add((w, c))
+        return frozenset(out)
 
     def _levels_for(self, state: SearchState, config: EngineConfig) -> frozenset[Level]:
         """Where a config not proposed by this instance (a resumed study) is measured."""

@@ -1,46 +1,228 @@
-"""Search strategies selectable by name in a study file: Optuna's samplers, and ``model``.
+"""Optuna's side of the search: the samplers selectable by name, ``OptunaStrategy`` that lets one
+of them choose configs, and ``OptunaMirror``, the Optuna study every run keeps in the store.
 
-``model`` is autotune's model-guided strategy: it enqueues the configs it wants measured (Optuna
-records them as ordinary trials); the others are Optuna's own samplers.
+Whatever strategy runs, each finished engine config becomes one Optuna trial (named objective,
+the speculative config and per-level medians as user attributes, failures with their reason),
+so ``optuna-dashboard`` shows the study and Optuna's samplers learn from every trial.
 """
 
 from __future__ import annotations
 
+import statistics
 import warnings
+from collections import defaultdict
+from collections.abc import Sequence
 from typing import Any
+
+from autotune.cluster.jobs import Cell
+from autotune.engine._base import EngineConfig, Measurement
+from autotune.search.space import SearchSpace
+from autotune.search.strategy import SearchState, Strategy, plan_cells
+from autotune.store import MeasurementRecord
 
 SAMPLERS = ("model", "grid", "random", "tpe", "gp")
 
+METRIC = "output_throughput_tok_s_geomean"
+"""The Optuna objective: geometric mean over the measured (workload, concurrency) levels of the
+median output throughput (see :func:`autotune.search.tuner.objective_value`)."""
+
 
 def make_sampler(name: str, seed: int) -> Any:
-    """An Optuna sampler: ``grid`` is BruteForce (it handles our conditional N per method)."""
+    """An Optuna sampler by study-file name (``model`` has none: it gets a RandomSampler that
+    never samples, since the mirror only records its trials)."""
     import optuna
 
-    if name == "model":
-        # Every trial is enqueued by the strategy; the sampler only fills unused params.
+    if name in ("model", "random"):
         return optuna.samplers.RandomSampler(seed=seed)
     if name == "grid":
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            return optuna.samplers.BruteForceSampler(seed=seed)
-    if name == "random":
-        return optuna.samplers.RandomSampler(seed=seed)
+            return _grid_sampler(seed)
     if name == "tpe":
-        # Our space is conditional (N per method): independent sampling of N is expected.
-        return optuna.samplers.TPESampler(
-            seed=seed, n_startup_trials=4, warn_independent_sampling=False
-        )
+        return optuna.samplers.TPESampler(seed=seed, n_startup_trials=4)
     if name == "gp":
-        return optuna.samplers.GPSampler(
-            seed=seed, n_startup_trials=4, warn_independent_sampling=False
-        )
+        return optuna.samplers.GPSampler(seed=seed, n_startup_trials=4)
     raise ValueError(f"unknown sampler {name!r}; known: {', '.join(SAMPLERS)}")
 
 
-def make_strategy(name: str, study: Any) -> Any:
-    """The strategy object for ``name``, or None when an Optuna sampler decides alone."""
-    if name != "model":
-        return None
-    from autotune.search.model_strategy import ModelStrategy
+def make_strategy(name: str, study: Any, mirror: OptunaMirror) -> Strategy:
+    """The strategy for a study's ``sampler``: autotune's model-guided one, or Optuna's."""
+    if name == "model":
+        from autotune.search.model_strategy import ModelStrategy
 
-    return ModelStrategy(study)
+        return ModelStrategy(study)
+    return OptunaStrategy(mirror)
+
+
+def _grid_sampler(seed: int) -> Any:
+    import optuna
+
+    class GridSampler(optuna.samplers.BruteForceSampler):
+        """BruteForce (it handles the conditional N per method) without its ``study.stop()``,
+        which Optuna allows only inside ``optimize()``: the tuner sees an exhausted space
+        itself."""
+
+        def after_trial(self, study: Any, trial: Any, state: Any, values: Any) -> None:
+            return None
+
+    return GridSampler(seed=seed)
+
+
+class OptunaMirror:
+    """The study's Optuna study (``autotune:NAME`` in the same database)."""
+
+    def __init__(self, url: str, study_name: str, space: SearchSpace, sampler: Any) -> None:
+        import optuna
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        kwargs: dict[str, Any] = {}
+        if url.startswith("sqlite"):
+            kwargs["engine_kwargs"] = {"connect_args": {"timeout": 30}}
+        self._optuna = optuna
+        self.space = space
+        self.study = optuna.create_study(
+            study_name=study_name,
+            storage=optuna.storages.RDBStorage(url, **kwargs),
+            sampler=sampler,
+            direction="maximize",
+            load_if_exists=True,
+        )
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            self.study.set_metric_names([METRIC])
+        self._asked: dict[str, Any] = {}
+        """Config key -> the running Optuna trial a sampler proposed it in."""
+        running = (optuna.trial.TrialState.RUNNING,)
+        for t in self.study.get_trials(deepcopy=False, states=running):
+            # Trials of a driver that is gone (the study lease says so): so are their engines.
+            self.study.tell(t.number, state=optuna.trial.TrialState.FAIL)
+
+    def ask(self) -> tuple[EngineConfig, Any]:
+        """A config the sampler proposes (an enqueued one first) and its running trial: the
+        caller either ``hold``s it until the config is recorded or ``answer_again``s it."""
+        trial = self.study.ask()
+        return self.space.suggest(trial), trial
+
+    def hold(self, config: EngineConfig, trial: Any) -> None:
+        self._asked[config.key()] = trial
+
+    def number(self, config: EngineConfig) -> int | None:
+        """The Optuna trial number a sampler proposed ``config`` in (None: recorded at the
+        end as a trial of its own)."""
+        trial = self._asked.get(config.key())
+        return None if trial is None else int(trial.number)
+
+    def enqueue(self, config: EngineConfig) -> None:
+        """Serve ``config`` at the next ask, unless a proposal already waits."""
+        waiting = self.study.get_trials(
+            deepcopy=False, states=(self._optuna.trial.TrialState.WAITING,)
+        )
+        if not waiting:
+            self.study.enqueue_trial(self.space.params_for(config))
+
+    def answer_again(self, config: EngineConfig, trial: Any, value: float | None) -> None:
+        """The sampler proposed a config that is measured (or running): tell it the stored
+        value (a failure when there is none yet) without measuring again."""
+        trial.set_user_attr("repeat_of_config", config.label())
+        self._tell(trial, value)
+
+    def record(
+        self,
+        config: EngineConfig,
+        value: float | None,
+        measurements: Sequence[Measurement],
+        reason: str | None = None,
+    ) -> None:
+        """One finished engine config as a trial: the proposing sampler's, or a new one."""
+        attrs: dict[str, Any] = {
+            "config": config.label(),
+            "speculative_config": config.speculative_config(),
+            **{f"tok_s {w} c={c}": v for (w, c), v in level_medians(measurements).items()},
+        }
+        if reason:
+            attrs["failure_reason"] = reason
+        trial = self._asked.pop(config.key(), None)
+        if trial is None:
+            optuna = self._optuna
+            params = self.space.params_for(config)
+            state = optuna.trial.TrialState
+            self.study.add_trial(
+                optuna.trial.create_trial(
+                    params=params,
+                    distributions=self.space.distributions(params),
+                    value=value,
+                    state=state.COMPLETE if value is not None else state.FAIL,
+                    user_attrs=attrs,
+                )
+            )
+            return
+        for k, v in attrs.items():
+            trial.set_user_attr(k, v)
+        self._tell(trial, value)
+
+    def _tell(self, trial: Any, value: float | None) -> None:
+        if value is None:
+            self.study.tell(trial, state=self._optuna.trial.TrialState.FAIL)
+        else:
+            self.study.tell(trial, value)
+
+
+def level_medians(
+    measurements: Sequence[Measurement | MeasurementRecord],
+) -> dict[tuple[str, int], float]:
+    """(workload, concurrency) -> the median output throughput of its repeats."""
+    cells: dict[tuple[str, int], list[float]] = defaultdict(list)
+    for m in measurements:
+        cells[(m.workload, m.concurrency)].append(m.output_throughput_tok_s)
+    return {level: statistics.median(v) for level, v in sorted(cells.items())}
+
+
+class OptunaStrategy:
+    """An Optuna sampler chooses each config; every config is measured at every cell."""
+
+    def __init__(self, mirror: OptunaMirror, max_repeats_per_config: int = 20) -> None:
+        self.mirror = mirror
+        self.reason = ""
+        self.repeated_proposals = 0
+        """Proposals of a taken config (answered from the store); reported as skipped."""
+        self._run_of_repeats = 0
+        self._max_run = max_repeats_per_config * len(mirror.space)
+
+    def propose(self, state: SearchState, slots: int) -> list[EngineConfig]:
+        taken = state.taken()
+        every = {c.key() for c in state.space.configs()}
+        baseline = state.space.baseline()
+        if baseline is not None and baseline.key() not in taken:
+            self.mirror.enqueue(baseline)
+        out: list[EngineConfig] = []
+        while len(out) < slots:
+            if every <= taken:
+                self.reason = "every engine config in the space was measured"
+                break
+            if self._run_of_repeats > self._max_run:
+                self.reason = "the sampler keeps proposing measured configs"
+                break
+            config, trial = self.mirror.ask()
+            if config.key() in taken:
+                self.mirror.answer_again(config, trial, state.done.get(config.key()))
+                self.repeated_proposals += 1
+                self._run_of_repeats += 1
+                continue
+            self._run_of_repeats = 0
+            self.mirror.hold(config, trial)
+            taken.add(config.key())
+            out.append(config)
+        return out
+
+    def next_cell(
+        self, state: SearchState, config: EngineConfig, measured: Sequence[Measurement]
+    ) -> Cell | None:
+        done = {(m.workload, m.concurrency, m.repeat) for m in measured}
+        cells = plan_cells(state.study)
+        return next((c for c in cells if (c.workload, c.concurrency, c.repeat) not in done), None)
+
+    def observe(self, config: EngineConfig, value: float | None) -> None:
+        """Nothing to do: the sampler reads every trial from the mirror."""
+
+    def planned(self, state: SearchState) -> int:
+        return len(state.space)

@@ -101,6 +101,17 @@ class SearchSpace:
                 return params
         raise KeyError(f"{config.label()} is not in the search space")
 
+    def distributions(self, params: dict[str, Any]) -> dict[str, Any]:
+        """Optuna distributions of ``params`` (as :meth:`suggest` defines them), for
+        ``optuna.trial.create_trial``."""
+        from optuna.distributions import CategoricalDistribution, IntDistribution
+
+        out: dict[str, Any] = {OPTION: CategoricalDistribution([o.name for o in self.options])}
+        option = self._by_name[params[OPTION]]
+        if option.n_param in params:
+            out[option.n_param] = IntDistribution(option.n_values[0], option.n_values[-1])
+        return out
+
     def suggest(self, trial: Any) -> EngineConfig:
         """Define-by-run sampling of one engine config on an Optuna trial."""
         name = trial.suggest_categorical(OPTION, [o.name for o in self.options])

@@ -1,26 +1,24 @@
-"""The ask/tell tuner loop: the driver process alone talks to Optuna and writes the store.
+"""The tuner loop: the driver process alone asks the strategy, runs the pool and writes the store.
 
-Each Optuna trial is one engine config. Its job (start, warm up, every workload × concurrency ×
-repeat, stop) runs on a pool; measurements are stored as they arrive; the trial's value is the
-geometric mean over cells of the median throughput. Completed and failed configs are never
-measured twice, so an interrupted study resumes where it stopped.
+Each engine config is one trial. Its job (start, warm up, the cells its strategy picks, stop)
+runs on a pool; measurements are stored as they arrive; every finished trial is mirrored into
+the study's Optuna study. Completed and failed configs are never measured twice, so an
+interrupted study resumes where it stopped.
 """
 
 from __future__ import annotations
 
+import functools
 import math
-import statistics
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from autotune.cluster.jobs import (
     Cell,
-    CellPlan,
     Failed,
-    Finished,
     Measured,
     Started,
     TrialEvent,
@@ -33,8 +31,15 @@ from autotune.engine._base import (
     MeasureSettings,
     PreparedWorkload,
 )
-from autotune.search.samplers import make_sampler, make_strategy
+from autotune.search.samplers import (
+    OptunaMirror,
+    OptunaStrategy,
+    level_medians,
+    make_sampler,
+    make_strategy,
+)
 from autotune.search.space import SearchSpace
+from autotune.search.strategy import SearchState, Strategy, plan_cells
 from autotune.spec.loader import ResolvedStudy
 from autotune.store import MeasurementRecord, Store, StudyRecord
 
@@ -57,6 +62,10 @@ class Reporter(Protocol):
 
     def begin(self, total_configs: int, done_configs: int) -> None: ...
 
+    def planned(self, total_configs: int) -> None:
+        """The strategy's plan changed: it now expects ``total_configs`` engine configs."""
+        ...
+
     def trial_started(self, config: EngineConfig) -> None: ...
 
     def measured(self, config: EngineConfig, m: Measurement) -> None: ...
@@ -70,6 +79,9 @@ class Reporter(Protocol):
 
 class SilentReporter:
     def begin(self, total_configs: int, done_configs: int) -> None:
+        pass
+
+    def planned(self, total_configs: int) -> None:
         pass
 
     def trial_started(self, config: EngineConfig) -> None:
@@ -91,6 +103,7 @@ class SilentReporter:
 class RunSummary:
     """What one `study run` did."""
 
+    trials_started: int = 0
     trials_run: int = 0
     trials_failed: int = 0
     trials_skipped: int = 0
@@ -100,79 +113,34 @@ class RunSummary:
     failures: list[tuple[str, str]] = field(default_factory=list)
 
 
-@dataclass(frozen=True)
-class SearchState:
-    """What a strategy sees when a pool slot is free."""
-
-    study: ResolvedStudy
-    space: SearchSpace
-    rows: Sequence[MeasurementRecord]
-    """Every stored measurement of completed trials of this study."""
-    done: Mapping[str, float | None]
-    """Config key -> trial value (None: the config failed)."""
-    in_flight: frozenset[str]
-    """Config keys being measured now."""
-
-
-class Strategy(Protocol):
-    """Decides which engine config to start next (the default, model-guided search)."""
-
-    def propose(self, state: SearchState) -> EngineConfig | None:
-        """The next config to start, or None when nothing is worth starting now (the tuner
-        stops once nothing is in flight either)."""
-        ...
-
-    def next_cell(
-        self, state: SearchState, config: EngineConfig, measured: Sequence[Measurement]
-    ) -> Cell | None:
-        """The next cell to measure on ``config``'s warm engine, given what it ``measured`` so
-        far (``state.rows`` holds every other trial's rows), or None to stop the engine."""
-        ...
-
-
 @dataclass
-class _InFlight:
+class _Trial:
+    """A config whose engine is running: what it reported so far."""
+
     trial_id: int
-    optuna_number: int
     config: EngineConfig
     info: EngineInfo | None = None
     measurements: list[Measurement] = field(default_factory=list)
 
-
-class _Throughput(Protocol):
     @property
-    def workload(self) -> str: ...
-    @property
-    def concurrency(self) -> int: ...
-    @property
-    def output_throughput_tok_s(self) -> float: ...
+    def engine_seconds(self) -> float:
+        start = self.info.engine_start_s if self.info else 0.0
+        return start + sum(m.measure_s for m in self.measurements)
 
 
-def objective_value(measurements: Sequence[_Throughput]) -> float:
+def objective_value(measurements: Sequence[Measurement | MeasurementRecord]) -> float:
     """Geometric mean over the measured (workload, concurrency) cells of the median output
     throughput (Optuna's trial value; the model-guided search leaves out cells where a config
     cannot win, so compare values only between configs measured at the same cells)."""
-    cells: dict[tuple[str, int], list[float]] = defaultdict(list)
-    for m in measurements:
-        cells[(m.workload, m.concurrency)].append(m.output_throughput_tok_s)
-    medians = [statistics.median(v) for v in cells.values()]
+    medians = list(level_medians(measurements).values())
     if not medians or any(v <= 0 for v in medians):
         return 0.0
     return math.exp(sum(math.log(v) for v in medians) / len(medians))
 
 
-def plan_cells(study: ResolvedStudy) -> list[Cell]:
-    """Repeats outermost, so drift on a long-running engine spreads over every cell."""
-    return [
-        Cell(workload=w, concurrency=c, repeat=r)
-        for r in range(study.spec.repeats)
-        for w in study.spec.workloads
-        for c in study.spec.concurrency
-    ]
-
-
 class Tuner:
-    """Runs one study to completion (or budget) on a pool."""
+    """Runs one study on a pool until its strategy is done, its budget is spent or it is
+    stopped. The caller holds the study's lease (:func:`autotune.api.run_study`)."""
 
     def __init__(
         self,
@@ -190,280 +158,178 @@ class Tuner:
         self.pool_factory = pool_factory
         self.reporter = reporter or SilentReporter()
         self._prepare = prepare_workload
-        self.strategy = strategy or make_strategy(self.study.spec.sampler, self.study)
-        self._everywhere: set[str] = set()
-
-    # --- the loop -----------------------------------------------------------------------------
+        self.strategy = strategy
+        self.summary = RunSummary()
+        self.done: dict[str, float | None] = {}
+        """Config key -> trial value (None: failed), for every finished trial."""
+        self.everywhere: set[str] = set()
+        """Configs measured at every level: the ones "best so far" compares."""
+        self.inflight: dict[int, _Trial] = {}
+        self.started = 0
+        self.engine_seconds = 0.0
 
     def run(self, max_configs: int | None = None) -> RunSummary:
-        import optuna
-
-        optuna.logging.set_verbosity(optuna.logging.WARNING)
-        summary = RunSummary()
-        self.store.abandon_running_trials(self.record)
-        spec = self.study.spec
-        ostudy = optuna.create_study(
-            study_name=self.record.optuna_study_name,
-            storage=self._optuna_storage(),
-            sampler=make_sampler(spec.sampler, spec.seed),
-            direction="maximize",
-            load_if_exists=True,
-        )
-        for t in ostudy.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
-            # Trials of a killed driver: their engines are gone.
-            ostudy.tell(t.number, state=optuna.trial.TrialState.FAIL)
-
-        # Configs already measured (or failed for a reason of their own) are never run again.
-        trials = [t for t in self.store.trials(self.record) if t.state in ("complete", "failed")]
-        stored = self.store.measurements(study=self.record.name)
-        done: dict[str, float | None] = {
-            t.config_key: objective_value([m for m in stored if m.trial_id == t.id])
-            if t.state == "complete"
-            else None
-            for t in trials
-        }
-        # Configs measured at every (workload, concurrency): the ones "best so far" compares
-        # (the model-guided search measures most configs only where they could win).
-        self._everywhere = {
-            t.config_key
-            for t in trials
-            if len({(m.workload, m.concurrency) for m in stored if m.trial_id == t.id})
-            == self._num_levels
-        }
-        all_keys = {c.key() for c in self.space.configs()}
-        engine_seconds = sum(t.engine_seconds or 0.0 for t in trials)
-        started = len(trials)
-
-        baseline = self.space.baseline()
-        if baseline is not None and baseline.key() not in done:
-            opt = self.space.option("none")
-            ostudy.enqueue_trial(self.space.params(opt, 0), skip_if_exists=True)
-
-        workloads = self._prepare_workloads()
-        cells = plan_cells(self.study)
-        settings = MeasureSettings(
-            requests_per_concurrency=spec.measurement.requests_per_concurrency,
-            timeout_s=spec.measurement.timeout_s,
-        )
-        self.reporter.begin(len(all_keys), len(all_keys & done.keys()))
-        self.store.set_study_status(self.record.name, "running")
-
+        strategy = self._open()
+        job = self._job_template()
         pool = self.pool_factory(self.study)
-        inflight: dict[int, _InFlight] = {}
-        in_flight_keys: set[str] = set()
-        exhausted = False
-        duplicates = 0
-        stop_reason = ""
+        self.reporter.begin(strategy.planned(self._state()), len(self.done))
+        self.store.set_study_status(self.record.name, "running")
+        stop, status, final = "", "", "interrupted"
         try:
             while True:
-                # Fill free slots.
-                while not exhausted and pool.busy < pool.slots:
-                    budget_hit = self._budget_hit(started, engine_seconds, summary, max_configs)
-                    if budget_hit:
-                        stop_reason = budget_hit
-                        exhausted = True
-                        break
-                    if all_keys <= done.keys() | in_flight_keys:
-                        stop_reason = stop_reason or "every engine config in the space was measured"
-                        exhausted = True
-                        break
-                    if self.strategy is not None and not self._waiting(ostudy):
-                        proposal = self.strategy.propose(
-                            SearchState(
-                                study=self.study,
-                                space=self.space,
-                                rows=self.store.measurements(study=self.record.name),
-                                done=dict(done),
-                                in_flight=frozenset(in_flight_keys),
-                            )
-                        )
-                        if proposal is None:
-                            if not inflight:
-                                stop_reason = "no unmeasured config can beat the measured best"
-                                exhausted = True
-                            break  # wait for the configs in flight, then ask again
-                        ostudy.enqueue_trial(self.space.params_for(proposal))
-                    trial = ostudy.ask()
-                    config = self.space.suggest(trial)
-                    key = config.key()
-                    if key in done or key in in_flight_keys:
-                        # Samplers may propose a config again: answer from the store.
-                        duplicates += 1
-                        summary.trials_skipped += 1
-                        self._tell(ostudy, trial.number, done.get(key))
-                        if duplicates > 20 * len(self.space):
-                            stop_reason = "the sampler keeps proposing measured configs"
-                            exhausted = True
-                        continue
-                    duplicates = 0
-                    trial_id = self.store.start_trial(self.record, config, trial.number)
-                    inflight[trial_id] = _InFlight(trial_id, trial.number, config)
-                    in_flight_keys.add(key)
-                    started += 1
-                    pool.submit(
-                        TrialJob(
-                            trial_id=trial_id,
-                            config=config,
-                            workloads=workloads,
-                            cells=cells,
-                            settings=settings,
-                            warmup_requests=spec.measurement.warmup_requests,
-                            start_timeout_s=spec.measurement.start_timeout_s,
-                            plan=self._plan(trial_id, config, done, in_flight_keys),
-                        )
-                    )
-                    self.reporter.trial_started(config)
-                if not inflight:
+                if not stop:
+                    stop, status = self._budget_hit(max_configs)
+                if not stop and pool.busy < pool.slots:
+                    proposals = strategy.propose(self._state(), pool.slots - pool.busy)
+                    for config in proposals:
+                        self._submit(pool, job, config, strategy)
+                    if not proposals and not self.inflight:
+                        stop, status = strategy.reason or "nothing left to measure", "done"
+                if stop and not self.inflight:
                     break
                 for event in pool.poll(timeout_s=1.0):
-                    run = inflight.get(event.trial_id)
-                    if run is None:
-                        continue
-                    if isinstance(event, Started):
-                        run.info = event.info
-                        self.store.record_engine(run.trial_id, event.info)
-                    elif isinstance(event, Measured):
-                        assert run.info is not None
-                        run.measurements.append(event.measurement)
-                        self.store.add_measurement(
-                            run.trial_id, event.measurement, run.info, run.config
-                        )
-                        summary.measurements += 1
-                        self.reporter.measured(run.config, event.measurement)
-                    elif isinstance(event, Finished | Failed):
-                        seconds = (run.info.engine_start_s if run.info else 0.0) + sum(
-                            m.measure_s for m in run.measurements
-                        )
-                        engine_seconds += seconds
-                        summary.engine_seconds += seconds
-                        key = run.config.key()
-                        in_flight_keys.discard(key)
-                        del inflight[run.trial_id]
-                        if isinstance(event, Finished):
-                            value = objective_value(run.measurements)
-                            self.store.finish_trial(
-                                run.trial_id, state="complete", engine_seconds=seconds
-                            )
-                            done[key] = value
-                            if len({(m.workload, m.concurrency) for m in run.measurements}) == (
-                                self._num_levels
-                            ):
-                                self._everywhere.add(key)
-                            summary.trials_run += 1
-                            self._tell(ostudy, run.optuna_number, value)
-                            self.reporter.trial_finished(run.config, value, None, self._best(done))
-                        else:
-                            self.store.finish_trial(
-                                run.trial_id,
-                                state="failed",
-                                engine_seconds=seconds,
-                                failure_reason=event.reason,
-                            )
-                            done[key] = None
-                            summary.trials_failed += 1
-                            summary.failures.append((run.config.label(), event.reason))
-                            self._tell(ostudy, run.optuna_number, None)
-                            self.reporter.trial_finished(
-                                run.config, None, event.reason, self._best(done)
-                            )
+                    self._handle(event, strategy)
+            final = status
         finally:
             pool.shutdown()
             self.reporter.end()
-            status = "done" if exhausted and not inflight else "interrupted"
-            self.store.set_study_status(self.record.name, status)
-        summary.stop_reason = stop_reason
-        return summary
+            self.store.set_study_status(self.record.name, final)
+        self.summary.stop_reason = stop
+        if isinstance(strategy, OptunaStrategy):
+            self.summary.trials_skipped = strategy.repeated_proposals
+        return self.summary
+
+    # --- the steps of the loop ----------------------------------------------------------------
+
+    def _open(self) -> Strategy:
+        """Load what earlier runs finished; open the Optuna mirror and the strategy."""
+        spec = self.study.spec
+        self.mirror = OptunaMirror(
+            self.store.url,
+            self.record.optuna_study_name,
+            self.space,
+            make_sampler(spec.sampler, spec.seed),
+        )
+        rows: dict[int, list[MeasurementRecord]] = defaultdict(list)
+        for r in self.store.measurements(study=self.record.name):
+            rows[r.trial_id].append(r)
+        for t in self.store.trials(self.record):
+            if t.state not in ("complete", "failed"):
+                continue
+            self.started += 1
+            self.engine_seconds += t.engine_seconds or 0.0
+            self.done[t.config_key] = objective_value(rows[t.id]) if t.state == "complete" else None
+            if len(level_medians(rows[t.id])) == self._num_levels:
+                self.everywhere.add(t.config_key)
+        return self.strategy or make_strategy(spec.sampler, self.study, self.mirror)
+
+    def _state(self, leave_out: int | None = None) -> SearchState:
+        rows = self.store.measurements(study=self.record.name)
+        return SearchState(
+            study=self.study,
+            space=self.space,
+            rows=[r for r in rows if r.trial_id != leave_out],
+            done=dict(self.done),
+            in_flight=frozenset(t.config.key() for t in self.inflight.values()),
+        )
+
+    def _submit(
+        self, pool: Pool, job: Callable[..., TrialJob], config: EngineConfig, strategy: Strategy
+    ) -> None:
+        trial_id = self.store.start_trial(self.record, config, self.mirror.number(config))
+        self.inflight[trial_id] = _Trial(trial_id, config)
+        self.started += 1
+        self.summary.trials_started += 1
+
+        def plan(measured: Sequence[Measurement]) -> Cell | None:
+            # Runs in the driver before each cell: it sees the store as it is then.
+            return strategy.next_cell(self._state(leave_out=trial_id), config, measured)
+
+        pool.submit(job(trial_id=trial_id, config=config, plan=plan))
+        self.reporter.trial_started(config)
+
+    def _handle(self, event: TrialEvent, strategy: Strategy) -> None:
+        run = self.inflight.get(event.trial_id)
+        if run is None:
+            return
+        if isinstance(event, Started):
+            run.info = event.info
+            self.store.record_engine(run.trial_id, event.info)
+        elif isinstance(event, Measured):
+            assert run.info is not None
+            run.measurements.append(event.measurement)
+            self.store.add_measurement(run.trial_id, event.measurement, run.info, run.config)
+            self.summary.measurements += 1
+            self.reporter.measured(run.config, event.measurement)
+        else:
+            self._finish(run, event.reason if isinstance(event, Failed) else None, strategy)
+
+    def _finish(self, run: _Trial, reason: str | None, strategy: Strategy) -> None:
+        del self.inflight[run.trial_id]
+        seconds = run.engine_seconds
+        self.engine_seconds += seconds
+        self.summary.engine_seconds += seconds
+        value = None if reason is not None else objective_value(run.measurements)
+        self.store.finish_trial(
+            run.trial_id,
+            state="failed" if reason is not None else "complete",
+            engine_seconds=seconds,
+            failure_reason=reason,
+        )
+        key = run.config.key()
+        self.done[key] = value
+        if reason is not None:
+            self.summary.trials_failed += 1
+            self.summary.failures.append((run.config.label(), reason))
+        else:
+            self.summary.trials_run += 1
+            if len(level_medians(run.measurements)) == self._num_levels:
+                self.everywhere.add(key)
+        self.mirror.record(run.config, value, run.measurements, reason)
+        strategy.observe(run.config, value)
+        self.reporter.trial_finished(run.config, value, reason, self._best())
+        self.reporter.planned(strategy.planned(self._state()))
 
     # --- helpers ------------------------------------------------------------------------------
 
-    def _plan(
-        self,
-        trial_id: int,
-        config: EngineConfig,
-        done: Mapping[str, float | None],
-        in_flight: set[str],
-    ) -> CellPlan | None:
-        """The strategy's cell plan for one trial (None: measure every cell, as Optuna's
-        samplers do). It sees the store as it is when each cell is chosen, less this trial's
-        own rows, which it gets as ``measured``."""
-        strategy = self.strategy
-        if strategy is None:
-            return None
-
-        def plan(measured: Sequence[Measurement]) -> Cell | None:
-            rows = [
-                r for r in self.store.measurements(study=self.record.name) if r.trial_id != trial_id
-            ]
-            state = SearchState(
-                study=self.study,
-                space=self.space,
-                rows=rows,
-                done=dict(done),
-                in_flight=frozenset(in_flight),
-            )
-            return strategy.next_cell(state, config, measured)
-
-        return plan
-
-    def _optuna_storage(self) -> Any:
-        import optuna
-
-        kwargs: dict[str, Any] = {}
-        if self.store.url.startswith("sqlite"):
-            kwargs["engine_kwargs"] = {"connect_args": {"timeout": 30}}
-        return optuna.storages.RDBStorage(self.store.url, **kwargs)
-
-    @staticmethod
-    def _waiting(ostudy: Any) -> bool:
-        """Whether an enqueued trial waits (the baseline, or a proposal a stopped driver left).
-
-        ask() serves it first, so the strategy is consulted only when none waits; otherwise each
-        proposal would be asked one turn late and measured configs proposed again.
-        """
-        import optuna
-
-        waiting = (optuna.trial.TrialState.WAITING,)
-        return bool(ostudy.get_trials(deepcopy=False, states=waiting))
-
-    @staticmethod
-    def _tell(ostudy: Any, number: int, value: float | None) -> None:
-        import optuna
-
-        try:
-            if value is None:
-                ostudy.tell(number, state=optuna.trial.TrialState.FAIL)
-            else:
-                ostudy.tell(number, value)
-        except RuntimeError as exc:
-            # BruteForceSampler calls study.stop() once the space is exhausted, which Optuna
-            # only allows inside optimize(); the tell itself is already stored by then.
-            if "stop" not in str(exc):
-                raise
+    def _job_template(self) -> Callable[..., TrialJob]:
+        """A TrialJob with everything but the trial, its config and its cell plan."""
+        m = self.study.spec.measurement
+        return functools.partial(
+            TrialJob,
+            workloads=self._prepare_workloads(),
+            cells=plan_cells(self.study),
+            settings=MeasureSettings(
+                requests_per_concurrency=m.requests_per_concurrency, timeout_s=m.timeout_s
+            ),
+            warmup_requests=m.warmup_requests,
+            start_timeout_s=m.start_timeout_s,
+        )
 
     @property
     def _num_levels(self) -> int:
         return len(self.study.spec.workloads) * len(self.study.spec.concurrency)
 
-    def _best(self, done: dict[str, float | None]) -> str | None:
+    def _best(self) -> str | None:
         """The config with the highest objective among those measured at every level."""
-        scored = [(v, k) for k, v in done.items() if v is not None and k in self._everywhere]
+        scored = [(v, k) for k, v in self.done.items() if v is not None and k in self.everywhere]
         if not scored:
             return None
         value, key = max(scored)
         label = next((c.label() for c in self.space.configs() if c.key() == key), key)
         return f"{label} ({value:,.0f} tok/s)"
 
-    def _budget_hit(
-        self, started: int, engine_seconds: float, summary: RunSummary, max_configs: int | None
-    ) -> str:
+    def _budget_hit(self, max_configs: int | None) -> tuple[str, str]:
+        """(why the run stops, the study's status), or ("", "") while within budget."""
         budget = self.study.spec.budget
-        if budget.max_engine_configs is not None and started >= budget.max_engine_configs:
-            return f"budget: {budget.max_engine_configs} engine configs"
-        if budget.max_engine_hours is not None and engine_seconds >= budget.max_engine_hours * 3600:
-            return f"budget: {budget.max_engine_hours} engine-hours"
-        if max_configs is not None and summary.trials_run + summary.trials_failed >= max_configs:
-            return f"--max-configs {max_configs}"
-        return ""
+        if budget.max_engine_configs is not None and self.started >= budget.max_engine_configs:
+            return f"budget: {budget.max_engine_configs} engine configs", "stopped: budget"
+        hours = budget.max_engine_hours
+        if hours is not None and self.engine_seconds >= hours * 3600:
+            return f"budget: {hours} engine-hours", "stopped: budget"
+        if max_configs is not None and self.summary.trials_started >= max_configs:
+            return f"--max-configs {max_configs}", "stopped: --max-configs"
+        return "", ""
 
     def _prepare_workloads(self) -> list[PreparedWorkload]:
         study = self.study

@@ -180,3 +180,36 @@ def test_step_floor_is_the_convex_monotone_amortized_lower_bound():
     noisy = {2: run_at(1.0, 0.1), 3: run_at(1.2, 0.1)}
     low3, high2 = 1.2 / 1.1, 1.0 / 0.9
     assert _step_floor(4, noisy, None) == pytest.approx(max(low3, low3 + (low3 - high2)))
+
+
+def test_proposes_a_batch_for_free_slots(tmp_path: Path):
+    """With several free slots the baseline and every method's anchor start together (each is
+    needed before the model can rank anything); nothing else is proposed until they finish."""
+    from autotune.search.model_strategy import ModelStrategy
+    from autotune.search.space import SearchSpace
+    from autotune.search.strategy import SearchState
+    from autotune.spec.loader import ResolvedStudy
+
+    land = toy_landscape(tmp_path / "l.csv", [0.8] * 4, per_token_s=0.001)
+    store = Store(str(tmp_path / "s.db"))
+    data = study_from_landscape(land, "toy", sampler="model", seed=0)
+    data["methods"].append({"method": "ngram", "num_speculative_tokens": {"min": 1, "max": 3}})
+    created = api.create_study(store, data=data, source=str(land))
+    study = ResolvedStudy.from_json(created.study.resolved_json)
+    space = SearchSpace(study)
+    strategy = ModelStrategy(study)
+    empty = SearchState(study, space, rows=(), done={}, in_flight=frozenset())
+    batch = strategy.propose(empty, slots=8)
+    assert [(c.method, c.num_speculative_tokens) for c in batch] == [
+        ("none", 0),
+        ("eagle3", 4),
+        ("ngram", 3),
+    ]
+    assert [c.label() for c in strategy.propose(empty, slots=1)] == ["baseline"]
+    running = SearchState(
+        study, space, rows=(), done={}, in_flight=frozenset(c.key() for c in batch)
+    )
+    assert strategy.propose(running, slots=5) == []
+    # The plan so far: the three running configs (no candidate is known before they finish).
+    assert strategy.planned(running) == 3
+    assert strategy.planned(empty) == 3

@@ -84,6 +84,7 @@ def _random_target(gen: torch.Generator, dims: Dims) -> Weights:
     return w
 
 
+@pytest.mark.models
 def test_training_is_deterministic() -> None:
     """A few seeded steps twice give bit-identical weights (deterministic kernels on)."""
     import torch
@@ -115,6 +116,7 @@ def test_training_is_deterministic() -> None:
     assert digests[0] == digests[1]
 
 
+@pytest.mark.models
 def test_kv_cached_generation_matches_full_forward() -> None:
     import torch
 

@@ -123,10 +123,11 @@ def test_budget_and_resume(tmp_path: Path, store: Store):
     land = write_landscape(tmp_path / "l.csv")
     api.create_study(store, data=study_data(land), source=str(land))
     first = api.run_study(store, "replayed", max_configs=2)
-    assert first.trials_run == 2 and "--max-configs 2" in first.stop_reason
-    assert store.get_study("replayed").status == "interrupted" or first.stop_reason
+    assert first.trials_run == 2 and first.stop_reason == "--max-configs 2"
+    assert store.get_study("replayed").status == "stopped: --max-configs"
     second = api.run_study(store, "replayed")
     assert second.trials_run == 1
+    assert store.get_study("replayed").status == "done"
     keys = [t.config_key for t in store.trials(store.get_study("replayed"))]
     assert len(keys) == len(set(keys)) == 3
 
@@ -137,7 +138,8 @@ def test_engine_config_budget(tmp_path: Path, store: Store):
         store, data=study_data(land, budget={"max_engine_configs": 2}), source=str(land)
     )
     summary = api.run_study(store, "replayed")
-    assert summary.trials_run == 2 and "budget" in summary.stop_reason
+    assert summary.trials_run == 2 and summary.stop_reason == "budget: 2 engine configs"
+    assert store.get_study("replayed").status == "stopped: budget"
 
 
 def test_interrupted_trial_is_measured_again(tmp_path: Path, store: Store):
@@ -153,16 +155,43 @@ def test_interrupted_trial_is_measured_again(tmp_path: Path, store: Store):
     assert states == ["complete", "complete", "complete", "interrupted"]
 
 
-def test_optuna_reads_the_study(tmp_path: Path, store: Store):
+@pytest.mark.parametrize("sampler", ["grid", "model"])
+def test_optuna_mirrors_the_study(tmp_path: Path, store: Store, sampler: str):
+    """Whatever strategy ran, optuna-dashboard sees one trial per engine config: the named
+    objective, the speculative config and per-level medians, failures with their reason."""
     import optuna
 
     land = write_landscape(tmp_path / "l.csv")
-    api.create_study(store, data=study_data(land), source=str(land))
+    data = study_data(land, sampler)
+    data["methods"][0]["num_speculative_tokens"] = {"min": 1, "max": 3}  # N=3 not recorded
+    api.create_study(store, data=data, source=str(land))
     api.run_study(store, "replayed")
     ostudy = optuna.load_study(study_name="autotune:replayed", storage=store.url)
-    complete = [t for t in ostudy.trials if t.state == optuna.trial.TrialState.COMPLETE]
-    assert len(complete) == 3
-    assert ostudy.best_trial.params["option"] == "ngram"
+    assert ostudy.metric_names == ["output_throughput_tok_s_geomean"]
+    by_config = {t.user_attrs["config"]: t for t in ostudy.trials}
+    stored = {t.config_key for t in store.trials(store.get_study("replayed"))}
+    assert len(ostudy.trials) == len(stored)
+    failed = by_config["ngram N=3"]
+    assert failed.state == optuna.trial.TrialState.FAIL
+    assert "has no ngram N=3" in failed.user_attrs["failure_reason"]
+    base = by_config["baseline"]
+    assert base.state == optuna.trial.TrialState.COMPLETE
+    assert base.user_attrs["speculative_config"] is None
+    import statistics
+
+    def median(c: int) -> float:
+        rows = store.measurements(study="replayed")
+        return statistics.median(
+            r.output_throughput_tok_s for r in rows if r.method == "none" and r.concurrency == c
+        )
+
+    assert base.user_attrs["tok_s code c=1"] == pytest.approx(median(1))
+    assert base.value == pytest.approx((median(1) * median(4)) ** 0.5)
+    if sampler == "grid":
+        assert ostudy.best_trial.params["option"] == "ngram"
+        assert (
+            by_config["ngram N=2"].user_attrs["speculative_config"]["num_speculative_tokens"] == 2
+        )
 
 
 def test_export_roundtrip(tmp_path: Path, store: Store, autotune):
@@ -193,3 +222,17 @@ def test_recommend_falls_back_to_published_prior(autotune, db_path: Path):
     missing = autotune("recommend", "--model", "tiny", "--workload", "code")
     assert missing.exit_code == 1
     assert "nothing measured" in missing.stderr and "Traceback" not in missing.stderr
+
+
+def test_study_create_from_a_landscape(tmp_path: Path, autotune):
+    land = write_landscape(tmp_path / "l.csv")
+    made = autotune("study", "create", "--landscape", str(land), "--name", "again")
+    assert made.exit_code == 0, made.stderr
+    ran = autotune("study", "run", "again")
+    assert ran.exit_code == 0, ran.stderr
+    rec = autotune("recommend", "--model", "org/tiny", "--workload", "code", "--concurrency", "1")
+    assert rec.exit_code == 0 and '"num_speculative_tokens": 2' in rec.stdout
+    nameless = autotune("study", "create", "--landscape", str(land))
+    assert nameless.exit_code == 2 and "--name" in nameless.stderr
+    bad = autotune("study", "create", "--landscape", "/etc/hostname", "--name", "x")
+    assert bad.exit_code == 2 and "Traceback" not in bad.stderr
