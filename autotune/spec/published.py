@@ -136,7 +136,9 @@ def load_published() -> PublishedResults:
     """The published results shipped with the package (cached)."""
     text = resources.files("autotune.catalog").joinpath("published.yaml").read_text()
     try:
-        return PublishedResults.model_validate(yaml.safe_load(text))
+        # libyaml's loader when present: the pure-Python one takes most of recommend's time.
+        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+        return PublishedResults.model_validate(yaml.load(text, Loader=loader))  # noqa: S506
     except ValidationError as exc:  # a packaging bug, but say where
         err = exc.errors()[0]
         loc = ".".join(str(p) for p in err["loc"])
