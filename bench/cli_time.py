@@ -97,7 +97,9 @@ def main() -> int:
             if label == "recommend" and wall / base > TARGET_RATIO:
                 failed = True
     print(f"python -c 'import autotune': {base:.2f} s (median of {args.repeats})")
-    print(f"{'command':24} {'wall s':>7} {'x import':>9} {'exit':>5} {'vllm/torch':>11} {'stderr noise':>13}")
+    print(
+        f"{'command':24} {'wall s':>7} {'x import':>9} {'exit':>5} {'vllm/torch':>11} {'stderr noise':>13}"
+    )
     for label, wall, ratio, rc, heavy, noise in rows:
         print(f"{label:24} {wall:7.2f} {ratio:9.1f} {rc:5d} {heavy:>11} {noise:13d}")
     print(f"target: recommend within {TARGET_RATIO:g}x of the bare import; no vllm/torch import")

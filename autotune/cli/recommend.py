@@ -98,9 +98,7 @@ def recommend(
     """
     from autotune import api
 
-    answer = api.answer(
-        ctx.store, model, workload, concurrency, study=study_name, source=source
-    )
+    answer = api.answer(ctx.store, model, workload, concurrency, study=study_name, source=source)
     if isinstance(answer, api.PriorRecommendation):
         _print_prior(answer, fmt, explain, as_json)
         return
@@ -183,7 +181,7 @@ def _print_prior(prior: Any, fmt: str, explain: bool, as_json: bool) -> None:
     click.echo(
         f"note: published starting point, not a measurement on your hardware "
         f"({label['citation']}; {labels}); measure it: autotune study create --model "
-        f"{prior.point.alias} --workload {prior.point.workload} && autotune study run NAME",
+        f"{p.alias} --workload {p.workload} && autotune study run {name}",
         err=True,
     )
     if explain:

@@ -138,7 +138,7 @@ def load_published() -> PublishedResults:
     try:
         # libyaml's loader when present: the pure-Python one takes most of recommend's time.
         loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-        return PublishedResults.model_validate(yaml.load(text, Loader=loader))  # noqa: S506
+        return PublishedResults.model_validate(yaml.load(text, Loader=loader))
     except ValidationError as exc:  # a packaging bug, but say where
         err = exc.errors()[0]
         loc = ".".join(str(p) for p in err["loc"])

@@ -59,22 +59,30 @@ def test_every_catalog_model_gets_a_cited_starting_point(autotune, db_path, mode
 
 def test_published_answers_are_the_cited_numbers(autotune):
     # The seed summary: Gemma-4-26B-A4B DFlash 2.79x on HumanEval, N from a source that ran it.
-    doc = json.loads(autotune("recommend", "--model", "gemma4", "--workload", "code", "--json").stdout)
+    doc = json.loads(
+        autotune("recommend", "--model", "gemma4", "--workload", "code", "--json").stdout
+    )
     assert (doc["method"], doc["speedup"], doc["dataset"]) == ("dflash", 2.79, "HumanEval")
     assert doc["hardware"] == "AMD Instinct MI300X/MI355X"
     assert doc["num_speculative_tokens"] == 15 and "jarvislabs" in doc["n_from"]
     # MiniMax: only random-prompt results are published; labelled.
-    mm = json.loads(autotune("recommend", "--model", "minimax", "--workload", "math", "--json").stdout)
+    mm = json.loads(
+        autotune("recommend", "--model", "minimax", "--workload", "math", "--json").stdout
+    )
     assert (mm["method"], mm["num_speculative_tokens"]) == ("eagle3", 3)
     assert any(lb.startswith("workload not matched") for lb in mm["labels"])
     # Qwen3.6: nothing measured is published; the vLLM recipe's N, labelled recipe only.
-    q = json.loads(autotune("recommend", "--model", "qwen3.6", "--workload", "chat", "--json").stdout)
+    q = json.loads(
+        autotune("recommend", "--model", "qwen3.6", "--workload", "chat", "--json").stdout
+    )
     assert (q["method"], q["num_speculative_tokens"]) == ("mtp", 2)
     assert q["labels"][0].startswith("recipe only") and "vllm-project/recipes" in q["citation"]
 
 
 def test_source_flag(autotune, tmp_path):
-    measured = autotune("recommend", "--model", "kimi", "--workload", "code", "--source", "measured")
+    measured = autotune(
+        "recommend", "--model", "kimi", "--workload", "code", "--source", "measured"
+    )
     assert measured.exit_code == 1 and "nothing measured" in measured.stderr
     tiny = autotune("recommend", "--model", "tiny", "--workload", "code")
     assert tiny.exit_code == 1 and "no published result" in tiny.stderr
@@ -128,12 +136,16 @@ def test_partial_study_says_how_much_was_measured(tmp_path, db_path, autotune):
     assert "2 of the 3 configs" in out.stderr and "stopped: --max-configs" in out.stderr
     explain = autotune("recommend", "--model", "org/tiny", "--workload", "code", "--explain")
     assert "2 of 3 planned configs measured" in explain.stdout
-    doc = json.loads(autotune("recommend", "--model", "org/tiny", "--workload", "code", "--json").stdout)
+    doc = json.loads(
+        autotune("recommend", "--model", "org/tiny", "--workload", "code", "--json").stdout
+    )
     assert (doc["configs_measured"], doc["configs_planned"]) == (2, 3)
     assert doc["status"] == "stopped: --max-configs"
     deployed = tmp_path / "deployed.json"
     deployed.write_text("null")
-    check = autotune("check", "--model", "org/tiny", "--workload", "code", "--config", str(deployed))
+    check = autotune(
+        "check", "--model", "org/tiny", "--workload", "code", "--config", str(deployed)
+    )
     assert check.exit_code in (0, 1) and "2 of the 3 configs" in check.stderr
 
 
@@ -217,5 +229,7 @@ def test_recommendation_renders_the_trials_engine_args(tmp_path, db_path):
     trial = next(t for t in store.trials(rec.study) if t.id in rec.choice.best.trial_ids)
     assert rec.engine_args == trial.engine_args
     assert rec.engine_args["enable_chunked_prefill"] is False
-    argv = shlex.split(render.serve_args(rec.model, rec.speculative_config, engine_args=rec.engine_args))
+    argv = shlex.split(
+        render.serve_args(rec.model, rec.speculative_config, engine_args=rec.engine_args)
+    )
     assert "--no-enable-chunked-prefill" in argv and argv[argv.index("--max-num-seqs") + 1] == "8"
