@@ -209,7 +209,8 @@ class Selected:
     rows: Sequence[MeasurementRecord]
     notes: tuple[str, ...]
     """Lines for stderr: which partial study is used and how much of it was measured."""
-    coverage: Coverage
+    coverage: Coverage | None
+    """None for a finished study (status ``done``)."""
 
 
 def select_study(store: Store, model: str, workload: str, study: str | None = None) -> Selected:
@@ -244,8 +245,10 @@ def select_study(store: Store, model: str, workload: str, study: str | None = No
             f"no finished study of {model} measured {workload}; answering from the partial "
             f"study {record.name!r} (status {record.status}), the one measured most recently"
         )
-    cov = coverage(store, record)
-    if not cov.exhausted:
+    # A finished study's strategy ended by itself; only a partial one needs its coverage (and
+    # computing it imports the search package, a good part of a read-only command's time).
+    cov = None if record.status == FINISHED else coverage(store, record)
+    if cov is not None and not cov.exhausted:
         notes.append(cov.line(record.name))
     return Selected(record, rows, tuple(notes), cov)
 
