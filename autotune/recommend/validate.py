@@ -55,8 +55,8 @@ def validate_study(resolved: Any, source: str) -> None:
     from autotune.errors import SpecError
     from autotune.search.space import SearchSpace
 
-    if not vllm_available():
-        return
+    if resolved.spec.engine.kind == "replay" or not vllm_available():
+        return  # a replayed landscape never starts an engine: nothing for vLLM to refuse
     for config in SearchSpace(resolved).configs():
         spec = config.speculative_config()
         if not spec:

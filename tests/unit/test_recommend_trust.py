@@ -233,3 +233,17 @@ def test_recommendation_renders_the_trials_engine_args(tmp_path, db_path):
         render.serve_args(rec.model, rec.speculative_config, engine_args=rec.engine_args)
     )
     assert "--no-enable-chunked-prefill" in argv and argv[argv.index("--max-num-seqs") + 1] == "8"
+
+
+def test_study_create_validates_against_vllm(tmp_path):
+    """vLLM's verdict is taken at create, for every config of a real-engine study (and the
+    Dynamic SD field `--format dsd` adds), so recommend never needs vLLM."""
+    pytest.importorskip("vllm")
+    from autotune.recommend.validate import check_speculative_config, validate_study
+    from autotune.spec.loader import load_study_file, resolve_study
+
+    path = REPO / "studies" / "tiny-cpu.yaml"
+    resolved = resolve_study(load_study_file(path), str(path))
+    validate_study(resolved, str(path))  # every config of the demo passes
+    assert check_speculative_config({"method": "ngram", "num_speculative_tokenz": 3}) != []
+    assert check_speculative_config({"method": "ngram", "num_speculative_tokens": "x"}) != []
