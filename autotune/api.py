@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +47,9 @@ def create_study(
     else:
         raise SpecError("give a study file or --model/--workload", source="study create")
     resolved = resolve_study(spec, source)
+    from autotune.recommend.validate import validate_study
+
+    validate_study(resolved, source)  # vLLM's verdict now, so recommend never imports vLLM
     record = store.create_study(
         name=spec.name,
         description=spec.description,
@@ -179,6 +182,96 @@ def save_recommendations(store: Store, record: StudyRecord) -> int:
     return saved
 
 
+FINISHED = "done"
+"""The only status of a study whose strategy finished (space exhausted or nothing can beat the
+best). Budget-stopped studies read ``stopped: budget`` / ``stopped: --max-configs`` /
+``stopped: --max-engines``, interrupted ones ``interrupted``; a killed run stays ``running``."""
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """How much of a study's search space was measured."""
+
+    measured: int
+    """Engine configs that finished (completed or failed)."""
+    planned: int
+    """Engine configs in the study's search space."""
+    status: str
+
+    @property
+    def exhausted(self) -> bool:
+        return self.status == FINISHED or self.measured >= self.planned
+
+    def line(self, study: str) -> str:
+        return (
+            f"study {study!r} is {self.status}: {self.measured} of the {self.planned} configs "
+            f"its search planned were measured; the answer may change when it finishes "
+            f"(autotune study resume {study})"
+        )
+
+
+def coverage(store: Store, record: StudyRecord) -> Coverage:
+    """Finished configs vs the configs in the study's search space."""
+    from autotune.search.space import SearchSpace
+
+    resolved = ResolvedStudy.from_json(record.resolved_json)
+    planned = len(SearchSpace(resolved).configs())
+    measured = sum(1 for t in store.trials(record) if t.state in ("complete", "failed"))
+    return Coverage(measured=measured, planned=planned, status=record.status)
+
+
+@dataclass(frozen=True)
+class Selected:
+    """The study an answer comes from, and why, when it is not a finished one."""
+
+    study: StudyRecord
+    rows: Sequence[MeasurementRecord]
+    notes: tuple[str, ...]
+    """Lines for stderr: which partial study is used and how much of it was measured."""
+    coverage: Coverage | None
+    """None for a finished study (status ``done``)."""
+
+
+def select_study(store: Store, model: str, workload: str, study: str | None = None) -> Selected:
+    """The study `recommend` and `check` answer from.
+
+    ``study`` picks one explicitly. Otherwise, among the studies of ``model`` that measured
+    ``workload``: the finished one (status ``done``) with the newest measurement; when none is
+    finished, the partial one with the newest measurement, with a note saying so. Either way, a
+    study whose search space was not exhausted gets a note with its coverage.
+    """
+    studies = [
+        s
+        for s in store.list_studies()
+        if (study is None or s.name == study) and model in (s.model_alias, s.model)
+    ]
+    if study is not None and not studies:
+        raise NotFoundError(f"no study named {study!r} for model {model!r}")
+    candidates = []
+    for s in studies:
+        rows = store.measurements(study=s.name, workload=workload)
+        if rows:
+            candidates.append((s.status == FINISHED, max(r.created_at for r in rows), s, rows))
+    if not candidates:
+        raise NoResultError(
+            f"nothing measured for model {model!r} and workload {workload!r} yet; "
+            f"create and run a study first (autotune study create / autotune study run)"
+        )
+    finished, _, record, rows = max(candidates, key=lambda c: (c[0], c[1]))
+    notes: list[str] = []
+    if study is None and not finished:
+        notes.append(
+            f"no finished study of {model} measured {workload}; answering from the partial "
+            f"study {record.name!r} (status {record.status}), the one measured most recently"
+        )
+    # A finished study's strategy ended by itself; only a partial one needs its coverage (and
+    # computing it imports the search package, a good part of a read-only command's time).
+    cov = None if record.status == FINISHED else coverage(store, record)
+    if cov is not None and not cov.exhausted:
+        notes.append(cov.line(record.name))
+    return Selected(record, rows, tuple(notes), cov)
+
+
 @dataclass(frozen=True)
 class Recommendation:
     """What `autotune recommend` answers, with everything `--explain` shows."""
@@ -193,6 +286,18 @@ class Recommendation:
     study: StudyRecord
     resolved: ResolvedStudy
     rows: Sequence[MeasurementRecord]
+    notes: tuple[str, ...] = ()
+    """Lines for stderr (partial study, coverage)."""
+    coverage: Coverage | None = None
+    engine_args: dict[str, Any] = field(default_factory=dict)
+    """Every engine arg the recommended config's trial ran with (false and zero included)."""
+    tensor_parallel_size: int = 1
+    source: str = "measured"
+
+    @property
+    def speculative_config(self) -> dict[str, Any] | None:
+        config: dict[str, Any] | None = self.choice.best.speculative_config
+        return config
 
 
 def recommend(
@@ -204,28 +309,12 @@ def recommend(
 ) -> Recommendation:
     """The measured recommendation for (model, workload[, concurrency]).
 
-    Uses the most recently updated study of that model that measured the workload.
+    Answers from the study ``select_study`` picks: finished studies first.
     """
     from autotune.recommend.choose import choose, choose_overall
 
-    studies = [
-        s
-        for s in store.list_studies()
-        if (study is None or s.name == study) and model in (s.model_alias, s.model)
-    ]
-    if study is not None and not studies:
-        raise NotFoundError(f"no study named {study!r} for model {model!r}")
-    candidates = []
-    for s in studies:
-        rows = store.measurements(study=s.name, workload=workload)
-        if rows:
-            candidates.append((max(r.created_at for r in rows), s, rows))
-    if not candidates:
-        raise NoResultError(
-            f"nothing measured for model {model!r} and workload {workload!r} yet; "
-            f"create and run a study first (autotune study create / autotune study run)"
-        )
-    _, record, rows = max(candidates, key=lambda c: c[0])
+    sel = select_study(store, model, workload, study)
+    record, rows = sel.study, sel.rows
     levels = sorted({r.concurrency for r in rows})
     if concurrency is not None and concurrency not in levels:
         raise NoResultError(
@@ -240,6 +329,9 @@ def recommend(
     )
     if choice is None:
         raise NoResultError(f"no usable measurements for {model}/{workload}")
+    resolved = ResolvedStudy.from_json(record.resolved_json)
+    # The printed command is the measured one: the engine args stored with the best's trial.
+    trial = next((t for t in store.trials(record) if t.id in choice.best.trial_ids), None)
     return Recommendation(
         model=record.model,
         model_alias=record.model_alias,
@@ -248,37 +340,125 @@ def recommend(
         choice=choice,
         per_level=per_level,
         study=record,
-        resolved=ResolvedStudy.from_json(record.resolved_json),
+        resolved=resolved,
         rows=rows,
+        notes=sel.notes,
+        coverage=sel.coverage,
+        engine_args=dict(trial.engine_args if trial else resolved.engine_args),
+        tensor_parallel_size=trial.tensor_parallel_size if trial else resolved.tensor_parallel_size,
     )
 
 
 @dataclass(frozen=True)
 class PriorRecommendation:
-    """An answer from a published result, for a pair nothing was measured for."""
+    """An answer from a published result or recipe, for a pair nothing was measured for."""
 
-    result: Any  # autotune.spec.published.PublishedResult
+    point: Any  # autotune.spec.published.StartingPoint
+    model: str
+    """HF id of the catalog's target checkpoint."""
+    tensor_parallel_size: int
+    engine_args: dict[str, Any]
+    source: str = "published"
+
+    @property
+    def result(self) -> Any:
+        return self.point.result
 
     @property
     def speculative_config(self) -> dict[str, Any] | None:
         from autotune.spec.methods import speculative_config
 
-        r = self.result
-        if r.num_speculative_tokens is None:
-            return None
-        return speculative_config(r.method, r.num_speculative_tokens, r.draft, {})
+        p = self.point
+        params = {}
+        entry = _catalog_entry(p.alias)
+        if entry is not None and p.method in entry.methods:
+            params = dict(entry.methods[p.method].params)
+        return speculative_config(p.method, p.num_speculative_tokens, p.draft, params)
+
+    def label(self) -> dict[str, Any]:
+        """What `--json`/`--explain` and the stderr note carry about the source."""
+        p = self.point
+        r = p.result
+        return {
+            "source": "published",
+            "citation": p.citation,
+            "method": p.method,
+            "num_speculative_tokens": p.num_speculative_tokens,
+            "n_from": p.n_source,
+            "speedup": r.speedup if r else None,
+            "mean_acceptance_length": r.mean_acceptance_length if r else None,
+            "dataset": r.dataset if r else None,
+            "concurrency": r.concurrency if r else None,
+            "hardware": p.hardware,
+            "engine": r.engine if r else None,
+            "measured_model": r.model if r else None,
+            "date": str(r.date) if r and r.date else None,
+            "labels": list(p.labels),
+            "notes": r.notes if r else "",
+        }
+
+
+def _catalog_entry(alias: str) -> Any:
+    from autotune.spec.catalog import load_catalog
+
+    catalog = load_catalog()
+    found = catalog.resolve(alias)
+    return catalog.models.get(found[0] if found else alias)
 
 
 def published_prior(
     model: str, workload: str, concurrency: int | None = None
 ) -> PriorRecommendation | None:
-    """The published result `recommend` falls back to when nothing is measured."""
-    from autotune.spec.published import best_prior
+    """The published starting point `recommend` falls back to when nothing is measured."""
+    from autotune.spec.published import starting_point
 
-    result = best_prior(model, workload, concurrency)
-    if result is None or result.num_speculative_tokens is None:
+    point = starting_point(model, workload, concurrency)
+    if point is None:
         return None
-    return PriorRecommendation(result)
+    entry = _catalog_entry(point.alias)
+    return PriorRecommendation(
+        point=point,
+        model=entry.model if entry is not None else model,
+        tensor_parallel_size=entry.tensor_parallel_size.get("default", 1) if entry else 1,
+        engine_args=dict(entry.engine_args) if entry is not None else {},
+    )
+
+
+SOURCES = ("any", "measured", "published")
+
+
+def answer(
+    store: Store | Callable[[], Store],
+    model: str,
+    workload: str,
+    concurrency: int | None = None,
+    study: str | None = None,
+    source: str = "any",
+) -> Recommendation | PriorRecommendation:
+    """What `autotune recommend` prints: the measured recommendation, else (``source`` "any")
+    the published starting point; ``source`` "measured"/"published" asks for one of them only.
+
+    ``store`` may be a callable, so a published answer never opens (or creates) a database.
+    """
+    if source not in SOURCES:
+        raise SpecError(f"must be one of {', '.join(SOURCES)}", source="--source")
+    if source == "published" and study is not None:
+        raise SpecError("--study names a measured study; drop it or use --source measured")
+    if source != "published":
+        try:
+            opened = store() if callable(store) else store
+            return recommend(opened, model, workload, concurrency, study=study)
+        except NoResultError as exc:
+            if source == "measured" or study is not None:
+                raise
+            measured_error: NoResultError | None = exc
+    else:
+        measured_error = None
+    prior = published_prior(model, workload, concurrency)
+    if prior is None:
+        what = f"{measured_error}; n" if measured_error else "N"
+        raise NoResultError(f"{what}o published result is known for model {model!r} either")
+    return prior
 
 
 def export_landscape(store: Store, study: str, path: Path) -> int:

@@ -90,6 +90,8 @@ def check(
     deployed = gate.parse_config(text, source)
 
     rec = api.recommend(ctx.store(), model, workload, concurrency, study=study_name)
+    for note in rec.notes:  # a partial study, or one whose space was not exhausted (#11.2)
+        click.echo(f"note: {note}", err=True)
     result = gate.check(
         rec.choice,
         deployed,

@@ -1,12 +1,15 @@
-"""``autotune recommend``: the measured best --speculative-config for (model, workload)."""
+"""``autotune recommend``: the measured best --speculative-config for (model, workload), or the
+published starting point when nothing is measured. Parses, calls ``api.answer``, renders."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import click
 
 from autotune.cli._common import Context, console, pass_ctx
+from autotune.recommend import render
 
 FORMATS = ("json", "args", "yaml", "dsd")
 
@@ -44,6 +47,21 @@ FORMATS = ("json", "args", "yaml", "dsd")
     is_flag=True,
     help="Also print throughput, speedup, acceptance, runner-up and provenance.",
 )
+@click.option(
+    "--source",
+    type=click.Choice(("any", "measured", "published")),
+    default="any",
+    show_default=True,
+    help="measured: only a study's measurements; published: only the published starting "
+    "point; any: measured when the store has the pair, else published.",
+)
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print one JSON object: the config, its source and, for a published starting point, "
+    "the citation, hardware and mismatch labels.",
+)
 @pass_ctx
 def recommend(
     ctx: Context,
@@ -53,88 +71,121 @@ def recommend(
     study_name: str | None,
     fmt: str,
     explain: bool,
+    source: str,
+    as_json: bool,
 ) -> None:
     """Print the recommended --speculative-config for a model and workload.
 
-    Reads the study store; with nothing measured for the pair it says so and exits 1.
-    "null" means no speculative config beat running without one.
+    Answers from the store's measurements: the finished study (status done) of the model that
+    measured the workload most recently; with no finished one, the newest partial study, saying
+    so on stderr. A study whose search space was not exhausted gets a line on stderr saying how
+    many of its planned configs were measured. "null" means no speculative config beat running
+    without one.
+
+    With nothing measured for the pair (or --source published) it answers from the closest
+    published result for the same model (autotune/catalog/published.yaml): one on the same
+    workload family first, else one on any prompt set, labelled "workload not matched";
+    results with a reported speedup before acceptance-only ones. N is the one the source states;
+    where it states none, a cited recipe's (vLLM recipes), labelled "N from recipe"; a model
+    with only a recipe is answered from it, labelled "recipe only". One line on stderr says it
+    is a published starting point, cites it and says how to measure; exit 0. With nothing
+    published either (e.g. the tiny test models) it exits 1.
 
     \b
     Example:
-      autotune recommend --model tiny --workload code
+      autotune recommend --model kimi --workload code
       autotune recommend --model tiny --workload code --concurrency 4 --format args
     """
     from autotune import api
-    from autotune.errors import NoResultError
-    from autotune.recommend import render
 
-    try:
-        rec = api.recommend(ctx.store(), model, workload, concurrency, study=study_name)
-    except NoResultError as exc:
-        prior = None if study_name else api.published_prior(model, workload, concurrency)
-        if prior is None:
-            if study_name:
-                raise
-            raise NoResultError(f"{exc}; no published result is known for it either") from None
-        _print_prior(prior, fmt, explain)
+    answer = api.answer(ctx.store, model, workload, concurrency, study=study_name, source=source)
+    if isinstance(answer, api.PriorRecommendation):
+        _print_prior(answer, fmt, explain, as_json)
         return
-    config = rec.choice.best.speculative_config
-    from autotune.errors import AutotuneError
-    from autotune.recommend.validate import check_speculative_config
-
+    rec = answer
+    for note in rec.notes:
+        click.echo(f"note: {note}", err=True)
+    config = rec.speculative_config
     shown = render.dsd_config(rec.per_level) if fmt == "dsd" else config
-    problems = check_speculative_config(shown)
-    if problems:  # a bug in autotune, not in the user's input: say so loudly
-        raise AutotuneError(f"vLLM's SpeculativeConfig refuses the recommendation: {problems[0]}")
-    if fmt == "json":
-        click.echo(render.speculative_json(config))
+    if as_json:
+        click.echo(json.dumps(_measured_json(rec, shown)))
+    elif fmt in ("json", "dsd"):
+        click.echo(render.speculative_json(shown))
     elif fmt == "yaml":
-        click.echo(render.as_yaml(config), nl=False)
-    elif fmt == "args":
+        click.echo(
+            render.as_yaml(
+                config,
+                model=rec.model,
+                tensor_parallel_size=rec.tensor_parallel_size,
+                engine_args=rec.engine_args,
+            ),
+            nl=False,
+        )
+    else:
         click.echo(
             render.serve_args(
                 rec.model,
                 config,
-                tensor_parallel_size=rec.resolved.tensor_parallel_size,
-                engine_args=rec.resolved.engine_args,
+                tensor_parallel_size=rec.tensor_parallel_size,
+                engine_args=rec.engine_args,
             )
         )
-    else:
-        click.echo(render.speculative_json(shown))
     if explain:
         _explain(rec)
 
 
-def _print_prior(prior: Any, fmt: str, explain: bool) -> None:
-    """A published result, labelled as such on stderr; stdout stays pasteable."""
-    import json
-
-    from autotune.recommend import render
-
-    r = prior.result
-    config = prior.speculative_config
-    if fmt == "yaml":
-        click.echo(render.as_yaml(config), nl=False)
-    elif fmt == "args":
-        click.echo(render.serve_args(r.model, config))
-    else:
-        click.echo(render.speculative_json(config))
-    label = {
-        "source": "published",
-        "speedup": r.speedup,
-        "dataset": r.dataset,
-        "concurrency": r.concurrency,
-        "hardware": r.hardware,
-        "url": r.source,
-        "date": str(r.date) if r.date else None,
+def _measured_json(rec: Any, shown: Any) -> dict[str, Any]:
+    cov = rec.coverage
+    return {
+        "source": "measured",
+        "speculative_config": shown,
+        "study": rec.study.name,
+        "status": rec.study.status,
+        "configs_measured": cov.measured if cov else None,
+        "configs_planned": cov.planned if cov else None,
+        "speedup": rec.choice.speedup,
+        "notes": list(rec.notes),
     }
+
+
+def _print_prior(prior: Any, fmt: str, explain: bool, as_json: bool) -> None:
+    """A published starting point, labelled as such on stderr; stdout stays pasteable."""
+    config = prior.speculative_config
+    label = prior.label()
+    if as_json:
+        click.echo(json.dumps({"speculative_config": config, **label}))
+    elif fmt == "yaml":
+        click.echo(
+            render.as_yaml(
+                config,
+                model=prior.model,
+                tensor_parallel_size=prior.tensor_parallel_size,
+                engine_args=prior.engine_args,
+            ),
+            nl=False,
+        )
+    elif fmt == "args":
+        click.echo(
+            render.serve_args(
+                prior.model,
+                config,
+                tensor_parallel_size=prior.tensor_parallel_size,
+                engine_args=prior.engine_args,
+            )
+        )
+    else:  # json; dsd needs measured levels, so the fixed-N config stands for it
+        click.echo(render.speculative_json(config))
+    labels = "; ".join(label["labels"]) or "workload matched"
+    p = prior.point
+    name = f"{p.alias}-{p.workload}"
     click.echo(
-        "note: nothing measured for this pair; answering from a published result, not a "
-        "measurement on your hardware: " + json.dumps(label),
+        f"note: published starting point, not a measurement on your hardware "
+        f"({label['citation']}; {labels}); measure it: autotune study create --model "
+        f"{p.alias} --workload {p.workload} && autotune study run {name}",
         err=True,
     )
-    if explain and r.notes:
-        click.echo(f"notes: {r.notes}", err=True)
+    if explain:
+        click.echo(json.dumps(label, indent=2), err=True)
 
 
 def _explain(rec: Any) -> None:
@@ -151,6 +202,12 @@ def _explain(rec: Any) -> None:
         f"(study {rec.study.name})"
     )
     con.print(f"recommended  {best.label()}")
+    if rec.coverage is not None:
+        cov = rec.coverage
+        con.print(
+            f"coverage     {cov.measured} of {cov.planned} planned configs measured "
+            f"(study status: {cov.status})"
+        )
     table = Table(
         "concurrency",
         "best",

@@ -25,26 +25,49 @@ def serve_args(
     tensor_parallel_size: int = 1,
     engine_args: Mapping[str, Any] | None = None,
 ) -> str:
-    """The full ``vllm serve`` command line, shell-quoted."""
+    """The full ``vllm serve`` command line, shell-quoted.
+
+    Every engine arg is rendered, false and zero included: a false boolean becomes vLLM's
+    ``--no-<flag>`` (its argparse ``BooleanOptionalAction``), so the line runs exactly the
+    measured engine config rather than whatever vLLM defaults to. None means "not set".
+    """
     parts = ["vllm", "serve", model]
-    if tensor_parallel_size > 1:
-        parts += ["--tensor-parallel-size", str(tensor_parallel_size)]
-    for key, value in sorted((engine_args or {}).items()):
+    args = dict(engine_args or {})
+    args.setdefault("tensor_parallel_size", tensor_parallel_size)
+    if args["tensor_parallel_size"] == 1 and "tensor_parallel_size" not in (engine_args or {}):
+        del args["tensor_parallel_size"]  # vLLM's default; keeps the common line short
+    for key, value in sorted(args.items()):
         flag = "--" + key.replace("_", "-")
+        if value is None:
+            continue
         if isinstance(value, bool):
-            if value:
-                parts.append(flag)
+            parts.append(flag if value else "--no-" + key.replace("_", "-"))
             continue
         if isinstance(value, dict | list):
-            value = json.dumps(value)
+            value = json.dumps(value, separators=(",", ":"))
         parts += [flag, str(value)]
     if config:
         parts += ["--speculative-config", json.dumps(dict(config), separators=(",", ":"))]
     return " ".join(shlex.quote(p) for p in parts)
 
 
-def as_yaml(config: Mapping[str, Any] | None) -> str:
-    return yaml.safe_dump({"speculative_config": dict(config) if config else None}, sort_keys=False)
+def as_yaml(
+    config: Mapping[str, Any] | None,
+    *,
+    model: str | None = None,
+    tensor_parallel_size: int | None = None,
+    engine_args: Mapping[str, Any] | None = None,
+) -> str:
+    """A ``vllm serve --config`` YAML file: the model, every engine arg (false and zero
+    included) and the speculative config; only the speculative config when ``model`` is None."""
+    doc: dict[str, Any] = {}
+    if model is not None:
+        doc["model"] = model
+        if tensor_parallel_size is not None:
+            doc["tensor_parallel_size"] = tensor_parallel_size
+        doc.update(sorted((k, v) for k, v in (engine_args or {}).items() if v is not None))
+    doc["speculative_config"] = dict(config) if config else None
+    return yaml.safe_dump(doc, sort_keys=False)
 
 
 def ranges(levels: Sequence[tuple[int, int]]) -> list[list[int]]:

@@ -46,3 +46,25 @@ def check_speculative_config(config: Mapping[str, Any] | None) -> list[str]:
         except ValidationError as exc:
             problems.append(f"{key}: {exc.errors()[0]['msg']}")
     return problems
+
+
+def validate_study(resolved: Any, source: str) -> None:
+    """Refuse a study whose configs vLLM's ``SpeculativeConfig`` would refuse (SpecError naming
+    the method), before anything is stored; the Dynamic SD field `--format dsd` adds is checked
+    too. Runs at ``study create`` so that read-only commands never import vLLM."""
+    from autotune.errors import SpecError
+    from autotune.search.space import SearchSpace
+
+    if resolved.spec.engine.kind == "replay" or not vllm_available():
+        return  # a replayed landscape never starts an engine: nothing for vLLM to refuse
+    for config in SearchSpace(resolved).configs():
+        spec = config.speculative_config()
+        if not spec:
+            continue
+        dsd = {**spec, "num_speculative_tokens_per_batch_size": [[1, 1, 1]]}
+        for problem in check_speculative_config(dsd):
+            raise SpecError(
+                f"vLLM's SpeculativeConfig refuses {config.label()}: {problem}",
+                source=source,
+                field=f"methods.{spec.get('method', '?')}",
+            )

@@ -103,7 +103,8 @@ def load_catalog() -> Catalog:
     """The catalog shipped with the package (cached)."""
     text = resources.files("autotune.catalog").joinpath("models.yaml").read_text()
     try:
-        return Catalog.model_validate(yaml.safe_load(text))
+        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: fast read-only commands
+        return Catalog.model_validate(yaml.load(text, Loader=loader))
     except ValidationError as exc:  # a packaging bug, but say where
         err = exc.errors()[0]
         loc = ".".join(str(p) for p in err["loc"])

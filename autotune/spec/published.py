@@ -1,11 +1,15 @@
 """Published speculative-decoding results (``autotune/catalog/published.yaml``) used as priors.
 
 Each entry is one number a vendor blog, model card or benchmark write-up reported, with its
-source URL; ``best_prior`` picks the most promising one for a (model, workload) pair.
+source URL; ``best_prior`` picks the most promising one for a (model, workload) pair, and
+``starting_point`` is what ``autotune recommend`` answers with when nothing is measured: the
+closest cited result, with N taken from the source or, where the source states none, from a
+cited recipe (``recipes:`` in the same file), and labels saying what does not match.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import functools
 from importlib import resources
@@ -97,11 +101,33 @@ class PublishedResult(StrictModel):
         return self
 
 
+class Recipe(StrictModel):
+    """A published serving recipe that states N for a model and method (no measured speedup)."""
+
+    alias: str = Field(description="Catalog alias of the target (models.yaml).")
+    model: str = Field(description="HF id of the target the recipe serves.")
+    method: Method = Field(description="Speculative method, spelled as vLLM's `method` field.")
+    draft: str | None = Field(None, description="Draft checkpoint the recipe uses, if any.")
+    num_speculative_tokens: int = Field(ge=1, le=15, description="N the recipe states.")
+    source: str = Field(description="URL of the recipe.")
+    states: str = Field(description="What the recipe says, quoted or closely paraphrased.")
+
+    @model_validator(mode="after")
+    def _has_its_draft(self) -> Recipe:
+        if METHODS[self.method].needs_draft and not self.draft:
+            raise ValueError(f"method {self.method} needs the draft the recipe uses")
+        return self
+
+
 class PublishedResults(StrictModel):
     """The whole published.yaml file."""
 
     results: list[PublishedResult] = Field(
         min_length=1, description="Published results, one entry per reported number."
+    )
+    recipes: list[Recipe] = Field(
+        default_factory=list,
+        description="Recipes that state N, for results whose source states none.",
     )
 
 
@@ -110,7 +136,9 @@ def load_published() -> PublishedResults:
     """The published results shipped with the package (cached)."""
     text = resources.files("autotune.catalog").joinpath("published.yaml").read_text()
     try:
-        return PublishedResults.model_validate(yaml.safe_load(text))
+        # libyaml's loader when present: the pure-Python one takes most of recommend's time.
+        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+        return PublishedResults.model_validate(yaml.load(text, Loader=loader))
     except ValidationError as exc:  # a packaging bug, but say where
         err = exc.errors()[0]
         loc = ".".join(str(p) for p in err["loc"])
@@ -143,3 +171,122 @@ def best_prior(
         matching = [r for r in candidates if r.concurrency == concurrency]
         candidates = matching or candidates
     return max(candidates, key=lambda r: r.speedup or 0.0, default=None)
+
+
+@dataclasses.dataclass(frozen=True)
+class StartingPoint:
+    """A published starting point for a (model, workload): what to deploy before measuring."""
+
+    alias: str
+    workload: str
+    method: str
+    draft: str | None
+    num_speculative_tokens: int
+    n_source: str
+    """Where N comes from: "the result's source", or "recipe URL (what it states)"."""
+    result: PublishedResult | None
+    """The cited result; None when only a recipe is published for the model."""
+    recipe: Recipe | None
+    """The recipe N was taken from (or the only publication), else None."""
+    labels: tuple[str, ...]
+    """What does not match the question (workload, concurrency, engine, numbers reported)."""
+
+    @property
+    def citation(self) -> str:
+        return self.result.source if self.result is not None else self.recipe.source  # type: ignore[union-attr]
+
+    @property
+    def hardware(self) -> str | None:
+        return self.result.hardware if self.result is not None else None
+
+
+def _recipe_for(alias: str, method: str, recipes: list[Recipe]) -> Recipe | None:
+    return next((r for r in recipes if r.alias == alias and r.method == method), None)
+
+
+def starting_point(
+    alias: str,
+    workload: str,
+    concurrency: int | None = None,
+    published: PublishedResults | None = None,
+) -> StartingPoint | None:
+    """The closest cited result for (model, workload), or None when nothing is published.
+
+    Same model only (its catalog alias). Results on the same workload family come first; when
+    there are none, results on any prompt set, labelled "workload not matched". A result counts
+    only when N is known: stated by its source, or by a recipe for the same model and method.
+    Within those: results at ``concurrency`` first (when given), then results with a reported
+    speedup (highest first), then acceptance-only results (highest acceptance length first,
+    ties to the smaller N). With no usable result, a recipe for the model alone answers,
+    labelled "recipe only".
+    """
+    from autotune.spec.catalog import load_catalog
+
+    found = load_catalog().resolve(alias)
+    name = found[0] if found else alias
+    data = published if published is not None else load_published()
+    usable: list[tuple[PublishedResult, int, Recipe | None]] = []
+    for r in data.results:
+        if r.alias != name:
+            continue
+        recipe = None if r.num_speculative_tokens else _recipe_for(name, r.method, data.recipes)
+        n = r.num_speculative_tokens or (recipe.num_speculative_tokens if recipe else None)
+        if n is not None:
+            usable.append((r, n, recipe))
+    matched = [u for u in usable if u[0].workload == workload]
+    pool = matched or usable
+
+    def key(u: tuple[PublishedResult, int, Recipe | None]) -> tuple[bool, bool, float, int]:
+        r, n, _ = u
+        at_c = concurrency is not None and r.concurrency == concurrency
+        number = r.speedup if r.speedup is not None else (r.mean_acceptance_length or 0.0)
+        return (at_c, r.speedup is not None, number, -n)
+
+    if pool:
+        r, n, recipe = max(pool, key=key)
+        labels = []
+        if not matched:
+            labels.append(f"workload not matched: the source measured {r.dataset}")
+        if concurrency is not None and r.concurrency != concurrency:
+            at = f"concurrency {r.concurrency}" if r.concurrency else "an unstated concurrency"
+            labels.append(f"concurrency not matched: the source measured {at}")
+        if r.speedup is None:
+            labels.append("acceptance only: the source reports no speedup")
+        if r.engine and not r.engine.startswith("vllm"):
+            labels.append(f"engine not matched: measured with {r.engine}")
+        entry = load_catalog().models.get(name)
+        if entry is not None and r.model != entry.model:
+            labels.append(f"checkpoint not matched: the source measured {r.model}")
+        if recipe is not None:
+            labels.append(f"N from recipe: the source states no N; {recipe.source} states {n}")
+            n_source = f"{recipe.source} ({recipe.states})"
+        else:
+            n_source = "the result's source"
+        return StartingPoint(
+            alias=name,
+            workload=workload,
+            method=r.method,
+            draft=r.draft,
+            num_speculative_tokens=n,
+            n_source=n_source,
+            result=r,
+            recipe=recipe,
+            labels=tuple(labels),
+        )
+    recipe = next((rc for rc in data.recipes if rc.alias == name), None)
+    if recipe is None:
+        return None
+    return StartingPoint(
+        alias=name,
+        workload=workload,
+        method=recipe.method,
+        draft=recipe.draft,
+        num_speculative_tokens=recipe.num_speculative_tokens,
+        n_source=f"{recipe.source} ({recipe.states})",
+        result=None,
+        recipe=recipe,
+        labels=(
+            "recipe only: no published measurement of this model; N is the recipe's",
+            "workload not matched: the recipe names no workload",
+        ),
+    )
