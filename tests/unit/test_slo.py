@@ -17,12 +17,14 @@ import pandas as pd
 import pytest
 
 from autotune.errors import SpecError
-from autotune.recommend.choose import choose
+from autotune.recommend.choose import choose, choose_overall
 from autotune.recommend.slo import (
     NoConfigMeetsSLO,
+    choose_overall_slo,
     choose_slo,
     pareto_front,
     require_slo,
+    trade_off_rows,
 )
 from autotune.spec.loader import load_study_file
 from autotune.spec.slo import SLO, SLOSpec
@@ -52,18 +54,19 @@ class Row:
     itl_ms_p99: float | None
 
 
-def _opt(v: Any) -> float | None:
-    return None if pd.isna(v) else float(v)
+def _opt(v: str) -> float | None:
+    return float(v) if v else None
 
 
 @pytest.fixture(scope="module")
 def rows() -> list[Row]:
-    df = pd.read_csv(DATA, comment="#")
+    # Every cell as text: "null" (the baseline's config) and "" (no draft) stay what they are.
+    df = pd.read_csv(DATA, comment="#", dtype=str, keep_default_na=False)
     return [
         Row(
             trial_id=int(r.trial_id),
             method=r.method,
-            draft=None if pd.isna(r.draft) else r.draft,
+            draft=r.draft or None,
             num_speculative_tokens=int(r.num_speculative_tokens),
             speculative_config=json.loads(r.speculative_config),
             workload=r.workload,
@@ -73,7 +76,7 @@ def rows() -> list[Row]:
             num_drafts=int(r.num_drafts),
             num_accepted_tokens=int(r.num_accepted_tokens),
             accepted_per_pos=(),
-            created_at=datetime.fromisoformat(str(r.created_at)),
+            created_at=datetime.fromisoformat(r.created_at),
             tpot_ms_p99=_opt(r.tpot_ms_p99),
             ttft_ms_p99=_opt(r.ttft_ms_p99),
             itl_ms_p99=_opt(r.itl_ms_p99),
@@ -186,3 +189,65 @@ def test_a_good_slo_block_loads(tmp_path: Path) -> None:
     path.write_text(textwrap.dedent(STUDY) + "slo: {tpot_p99_ms: 40, workloads: {code: {}}}\n")
     spec = load_study_file(path)
     assert spec.slo is not None and spec.slo.for_workload("code") == SLO(tpot_p99_ms=40)
+
+
+# --- the SLO moves the recommendation where the recording says so ----------------------------
+
+
+@pytest.mark.parametrize(
+    ("level", "slo", "expected"),
+    [
+        # n-gram N=3 is fastest at 8 in flight, but its multi-token chunks widen the gaps
+        # between streamed chunks (p99 ITL 26.8 ms against 12.0 without speculation).
+        (8, SLO(itl_p99_ms=20), "off (no speculation)"),
+        # Only n-gram N=4 answers first within 100 ms at the p99 (92.3 ms).
+        (8, SLO(ttft_p99_ms=100), "ngram N=4"),
+        # At one in flight only N=4 keeps p99 TPOT under 2.5 ms (2.4 ms; N=3 2.6 ms).
+        (1, SLO(tpot_p99_ms=2.5), "ngram N=4"),
+    ],
+)
+def test_the_slo_changes_the_choice_where_the_data_says_so(
+    rows: list[Row], level: int, slo: SLO, expected: str
+) -> None:
+    choice = choose_slo(rows, "code", level, slo)
+    assert choice is not None and choice.best is not None
+    assert choice.plain.best.label() == "ngram N=3"
+    assert choice.best.config.label() == expected
+    assert choice.changed and choice.best.meets(slo)
+    # Everything faster than the SLO's choice breaks the SLO.
+    faster = [s for s in choice.scores if s.config.score_tok_s > choice.best.config.score_tok_s]
+    assert faster and not any(s.meets(slo) for s in faster)
+
+
+def test_as_choice_is_a_plain_choice_among_those_that_meet_it(rows: list[Row]) -> None:
+    choice = choose_slo(rows, "code", 8, SLO(ttft_p99_ms=100))
+    assert choice is not None
+    plain = choice.as_choice()
+    assert plain.best.label() == "ngram N=4" and plain.concurrency == 8
+    assert [c.label() for c in plain.ranked] == [s.config.label() for s in choice.meeting]
+    assert plain.baseline is not None and plain.baseline.is_baseline
+    assert plain.speedup is not None and plain.speedup > 1.0
+    with pytest.raises(NoConfigMeetsSLO):
+        choose_slo(rows, "code", 8, SLO(ttft_p99_ms=1)).as_choice()  # type: ignore[union-attr]
+
+
+def test_one_config_for_every_level_under_the_slo(rows: list[Row]) -> None:
+    assert choose_overall(rows, "code", [1, 8]).best.label() == "ngram N=3"  # type: ignore[union-attr]
+    loose = choose_overall_slo(rows, "code", [1, 8], SLO(itl_p99_ms=30))
+    assert loose is not None and loose.best.label() == "ngram N=3"
+    # Under 15 ms only the baseline keeps p99 ITL low at both levels (11.6 and 12.0 ms).
+    tight = choose_overall_slo(rows, "code", [1, 8], SLO(itl_p99_ms=15))
+    assert tight is not None and tight.best.label() == "off (no speculation)"
+    with pytest.raises(NoConfigMeetsSLO, match="closest"):
+        choose_overall_slo(rows, "code", [1, 8], SLO(itl_p99_ms=5))
+
+
+def test_trade_off_rows_mark_front_slo_and_recommendation(rows: list[Row]) -> None:
+    choice = choose_slo(rows, "code", 8, SLO(itl_p99_ms=20))
+    assert choice is not None
+    table = trade_off_rows(choice)
+    assert len(table) == len(choice.scores) == 7
+    (chosen,) = [r for r in table if r["recommended"]]
+    assert chosen["config"] == "off (no speculation)" and chosen["meets_slo"]
+    assert {r["config"] for r in table if r["on_front"]} == {"ngram N=3"}
+    assert all(r["meets_slo"] == (r["itl_ms_p99"] <= 20) for r in table)
