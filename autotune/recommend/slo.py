@@ -10,7 +10,8 @@ meets it, :class:`NoConfigMeetsSLO` names the closest config: the one whose wors
 ``value / limit`` ratio is smallest.
 
 :func:`pareto_front` gives, per level, the configs no other config beats on both median
-throughput and p99 TPOT: the trade-off the report plots.
+throughput and p99 TPOT: the trade-off the report plots. :func:`request_goodput` is vLLM's
+goodput (requests per second that met the SLO), for an engine run's per-request timings.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from autotune.recommend.choose import (
 from autotune.spec.slo import SLO
 
 if TYPE_CHECKING:
+    from autotune.engine.stats import RequestTiming
     from autotune.spec.study import StudySpec
 
 METRICS = ("tpot_ms_p99", "ttft_ms_p99", "itl_ms_p99")
@@ -287,3 +289,28 @@ def choose_overall_slo(
         raise NoConfigMeetsSLO(hardest, workload, hardest.plain.concurrency)
     kept = [r for r in rows if _key(r.speculative_config) in allowed]
     return choose_overall(kept, workload, concurrencies, tie_pct)
+
+
+def request_goodput(timings: Sequence[RequestTiming], duration_s: float, slo: SLO) -> float:
+    """Requests per second that met the SLO, by ``vllm bench serve``'s definition of goodput.
+
+    vLLM (``benchmarks/serve.py``: ``calculate_metrics``) counts a completed request as good
+    when each limited metric *of that request* is within its limit: TTFT, and TPOT as
+    (e2e - TTFT) / (output tokens - 1), taken as 0 for a one-token reply. The SLO's p99 limits
+    serve as those per-request limits; vLLM's goodput has no ITL term, so ``itl_p99_ms`` does not
+    enter. Requests that produced no chunk did not complete and are not good.
+    """
+    if duration_s <= 0:
+        raise ValueError("duration_s must be positive")
+    good = 0
+    for t in timings:
+        ttft, e2e = t.ttft_s, t.e2e_s
+        if ttft is None or e2e is None:
+            continue
+        tpot = (e2e - ttft) / (t.output_tokens - 1) if t.output_tokens > 1 else 0.0
+        if slo.ttft_p99_ms is not None and ttft * 1000.0 > slo.ttft_p99_ms:
+            continue
+        if slo.tpot_p99_ms is not None and tpot * 1000.0 > slo.tpot_p99_ms:
+            continue
+        good += 1
+    return good / duration_s

@@ -251,3 +251,54 @@ def test_trade_off_rows_mark_front_slo_and_recommendation(rows: list[Row]) -> No
     assert chosen["config"] == "off (no speculation)" and chosen["meets_slo"]
     assert {r["config"] for r in table if r["on_front"]} == {"ngram N=3"}
     assert all(r["meets_slo"] == (r["itl_ms_p99"] <= 20) for r in table)
+
+
+# --- goodput, against vLLM's own ------------------------------------------------------------
+
+
+def test_request_goodput_matches_vllm_bench_serve() -> None:
+    """The same requests through vLLM's ``calculate_metrics`` give the same goodput."""
+    import random
+
+    from vllm.benchmarks.datasets import SampleRequest
+    from vllm.benchmarks.lib.endpoint_request_func import RequestFuncOutput
+    from vllm.benchmarks.serve import calculate_metrics
+
+    from autotune.engine.stats import RequestTiming
+    from autotune.recommend.slo import request_goodput
+
+    rng = random.Random(7)
+    timings = []
+    for i in range(60):
+        sent = i * 0.05
+        first = sent + rng.uniform(0.01, 0.4)
+        gaps = [rng.uniform(0.001, 0.03) for _ in range(rng.choice([0, 1, 5, 20]))]
+        chunks = [first]
+        for g in gaps:
+            chunks.append(chunks[-1] + g)
+        timings.append(RequestTiming(sent, tuple(chunks), output_tokens=len(chunks) * 2 - 1))
+    outputs = [
+        RequestFuncOutput(
+            success=True,
+            latency=t.e2e_s or 0.0,
+            ttft=t.ttft_s or 0.0,
+            output_tokens=t.output_tokens,
+            itl=t.itls_s,
+            prompt_len=1,
+        )
+        for t in timings
+    ]
+    requests = [SampleRequest(prompt="x", prompt_len=1, expected_output_len=8) for _ in timings]
+    for slo in (SLO(ttft_p99_ms=200), SLO(tpot_p99_ms=8), SLO(ttft_p99_ms=300, tpot_p99_ms=10)):
+        goodput = {"ttft": slo.ttft_p99_ms, "tpot": slo.tpot_p99_ms}
+        metrics, _ = calculate_metrics(
+            input_requests=requests,
+            outputs=outputs,
+            dur_s=4.0,
+            tokenizer=None,
+            selected_percentiles=[99.0],
+            goodput_config_dict={k: v for k, v in goodput.items() if v is not None},
+        )
+        ours = request_goodput(timings, 4.0, slo)
+        assert 0 < ours < len(timings) / 4.0
+        assert ours == pytest.approx(metrics.request_goodput)
