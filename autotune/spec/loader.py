@@ -225,14 +225,6 @@ def resolve_study(spec: StudySpec, source: str, platform: str | None = None) -> 
         rule = METHODS[m.method]
         cat = entry.methods.get(m.method) if entry else None
         draft = m.draft or (cat.draft if cat else None)
-        block = block_draft(draft) if m.method in ("dflash", "dspark") else None
-        if m.method == "dspark" and block is None and not (cat and cat.block_size):
-            # N is the draft's trained block; without its config.json there is no N to run.
-            why = unknown_block_reason(draft)
-            if from_catalog:
-                warnings.append(f"{field}: dspark skipped: {why}")
-                continue
-            raise SpecError(why, source=source, field=f"{field}.draft")
         if rule.needs_draft and not draft:
             raise SpecError(
                 f"method {m.method} needs a draft checkpoint and the catalog has none for "
@@ -252,6 +244,14 @@ def resolve_study(spec: StudySpec, source: str, platform: str | None = None) -> 
                 source=source,
                 field=f"{field}.method",
             )
+        block = block_draft(draft) if m.method in ("dflash", "dspark") else None
+        if m.method == "dspark" and block is None and not (cat and cat.block_size):
+            # N is the draft's trained block; without its config.json there is no N to run.
+            why = unknown_block_reason(draft)
+            if from_catalog:
+                warnings.append(f"{field}: dspark skipped: {why}")
+                continue
+            raise SpecError(why, source=source, field=f"{field}.draft")
         ctx = RuleContext(
             mtp_layers=entry.mtp_layers if entry else None,
             # The draft's own config.json wins over the catalog: it is what vLLM will read.

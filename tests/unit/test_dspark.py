@@ -182,3 +182,9 @@ def test_study_create_names_the_field_and_writes_nothing(
     assert not db_path.exists()
     cache_draft(hub, DRAFT, DEEPSPEC_CONFIG)
     assert autotune("study", "create", str(path)).exit_code == 0
+
+
+def test_dspark_without_a_draft_asks_for_one(hub: Path) -> None:
+    with pytest.raises(SpecError, match="needs a draft checkpoint") as exc:
+        resolve(None)
+    assert exc.value.field == "methods.0.draft"
