@@ -44,6 +44,7 @@ def models(as_json: bool) -> None:
                 tp if i == 0 else "",
                 method,
                 m.draft or "-",
-                f"1..{hi}",
+                # A DSpark draft's N is its trained block, read from its config.json.
+                "= block" if method == "dspark" and m.block_size is None else f"1..{hi}",
             )
     console().print(table)

@@ -26,12 +26,16 @@ def workload() -> None:
 @workload.command("list")
 @json_option
 def list_(as_json: bool) -> None:
-    """List the workloads autotune can find.
+    """List the workloads autotune can find and where their prompts come from.
+
+    The data column says whether a workload holds a real dataset (with the package that ships
+    it and the data's licence), generated prompts, or a file's.
 
     \b
     Example:
       autotune workload list --json
     """
+    from autotune.datasets import provenance
     from autotune.spec.loader import list_workload_names, load_workload
 
     rows: list[dict[str, Any]] = []
@@ -41,6 +45,7 @@ def list_(as_json: bool) -> None:
             {
                 "name": spec.name,
                 "kind": spec.source.kind,
+                "data": provenance(spec).label(),
                 "num_prompts": spec.num_prompts,
                 "max_tokens": spec.max_tokens,
                 "description": spec.description,
@@ -52,10 +57,15 @@ def list_(as_json: bool) -> None:
         return
     from rich.table import Table
 
-    table = Table("name", "kind", "prompts", "max_tokens", "description")
+    table = Table("name", "kind", "data", "prompts", "max_tokens", "description")
     for r in rows:
         table.add_row(
-            r["name"], r["kind"], str(r["num_prompts"]), str(r["max_tokens"]), r["description"]
+            r["name"],
+            r["kind"],
+            r["data"],
+            str(r["num_prompts"]),
+            str(r["max_tokens"]),
+            r["description"],
         )
     console().print(table)
 
@@ -79,10 +89,11 @@ def show(name: str, count: int, tokenizer: str | None, as_json: bool) -> None:
       autotune workload show code
       autotune workload show chat --tokenizer Qwen/Qwen3-Next-80B-A3B-Instruct
     """
-    from autotune.datasets import prepare, token_stats
+    from autotune.datasets import prepare, provenance, token_stats
     from autotune.spec.loader import load_workload
 
     spec, path = load_workload(name)
+    origin = provenance(spec)
     prepared = prepare(spec, Path(path).parent)
     tok_name = tokenizer or "autotune's tiny BPE; --tokenizer MODEL for your model's"
     tok = _tokenizer(tokenizer) if tokenizer else _tiny_tokenizer()
@@ -93,6 +104,8 @@ def show(name: str, count: int, tokenizer: str | None, as_json: bool) -> None:
                 "name": spec.name,
                 "digest": prepared.digest,
                 "spec": spec.model_dump(mode="json"),
+                "data": origin.label(),
+                "data_note": origin.note,
                 "tokenizer": tok_name,
                 "stats": stats,
                 "samples": [p.text for p in prepared.prompts[:count]],
@@ -103,6 +116,9 @@ def show(name: str, count: int, tokenizer: str | None, as_json: bool) -> None:
     con.print(f"[bold]{spec.name}[/bold]  {spec.source.kind}  ({path})")
     if spec.description:
         con.print(spec.description)
+    con.print(
+        f"data    {origin.label()}" + (f": {origin.note}" if origin.note else ""), markup=False
+    )
     con.print(
         f"prompts {len(prepared.prompts)}  max_tokens {spec.max_tokens}  "
         f"temperature {spec.temperature}  seed {spec.seed}  chat_template {spec.chat_template}"

@@ -12,6 +12,7 @@ from autotune.datasets.files import load_csv, load_inline, load_jsonl
 from autotune.datasets.hf import load_hf
 from autotune.datasets.humaneval import load_humaneval
 from autotune.datasets.math_problems import load_math
+from autotune.datasets.mtbench import load_mtbench
 from autotune.datasets.sharegpt import load_sharegpt
 from autotune.engine._base import PreparedWorkload, Prompt
 from autotune.spec.workload import (
@@ -21,6 +22,7 @@ from autotune.spec.workload import (
     InlineSource,
     JsonlSource,
     MathSource,
+    MTBenchSource,
     ShareGPTSource,
     WorkloadSpec,
 )
@@ -44,6 +46,8 @@ def _chosen(ctx: LoadContext) -> list[Candidate]:
         candidates = load_humaneval(source, ctx)
     elif isinstance(source, HFSource):
         candidates = load_hf(source, ctx)
+    elif isinstance(source, MTBenchSource):
+        candidates = load_mtbench(source, ctx)
     else:  # pragma: no cover - the spec's discriminated union is exhaustive
         raise ctx.error(f"unknown source kind {source.kind!r}", "source.kind")
     # Inline prompts are "used in order"; every other source is sampled.

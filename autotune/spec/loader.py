@@ -18,7 +18,8 @@ from pydantic import BaseModel, Field, ValidationError
 from autotune.errors import SpecError
 from autotune.spec._base import StrictModel
 from autotune.spec.catalog import load_catalog
-from autotune.spec.methods import METHODS, RuleContext, check, max_n
+from autotune.spec.drafts import block_draft, unknown_block_reason
+from autotune.spec.methods import METHODS, RuleContext, check, dspark_n, max_n
 from autotune.spec.study import MethodSpec, NRange, StudySpec
 from autotune.spec.workload import WorkloadSpec
 
@@ -207,6 +208,7 @@ def resolve_study(spec: StudySpec, source: str, platform: str | None = None) -> 
     env = {**(entry.env if entry else {}), **spec.model.env}
 
     method_specs = list(spec.methods)
+    from_catalog = not method_specs
     if not method_specs:
         if entry is None:
             raise SpecError(
@@ -242,19 +244,32 @@ def resolve_study(spec: StudySpec, source: str, platform: str | None = None) -> 
                 source=source,
                 field=f"{field}.method",
             )
+        block = block_draft(draft) if m.method in ("dflash", "dspark") else None
+        if m.method == "dspark" and block is None and not (cat and cat.block_size):
+            # N is the draft's trained block; without its config.json there is no N to run.
+            why = unknown_block_reason(draft)
+            if from_catalog:
+                warnings.append(f"{field}: dspark skipped: {why}")
+                continue
+            raise SpecError(why, source=source, field=f"{field}.draft")
         ctx = RuleContext(
             mtp_layers=entry.mtp_layers if entry else None,
-            block_size=(cat.block_size if cat else None) or _draft_block_size(draft),
+            # The draft's own config.json wins over the catalog: it is what vLLM will read.
+            block_size=block.block_size if block else (cat.block_size if cat else None),
+            sample_from_anchor=block.sample_from_anchor if block else True,
             mla_attention=entry.mla_attention if entry else False,
             platform=platform,
             allow_rocm_mla_override=spec.model.allow_rocm_mla_override,
             **_vocab_sizes(m.method, model, draft),
         )
+        width = dspark_n(ctx) if m.method == "dspark" else None
         if m.num_speculative_tokens is not None:
             n_range = m.num_speculative_tokens
+        elif width is not None:
+            n_range = NRange(min=width, max=width)  # the draft's block fixes N
         else:
             hi = min(cat.n_max, max_n(m.method, ctx)) if cat and cat.n_max else max_n(m.method, ctx)
-            n_range = NRange(min=min(hi, 1 if m.method != "dspark" else hi), max=hi)
+            n_range = NRange(min=1, max=hi)
         params = {**(cat.params if cat else {}), **m.params}
         result = check(m.method, n_range.values(), params, ctx)
         if result.errors:
@@ -337,17 +352,6 @@ def _local_config(ref: str | None) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
-
-
-def _draft_block_size(draft: str | None) -> int | None:
-    cfg = _local_config(draft)
-    if not cfg:
-        return None
-    for key in ("block_size", "dspark_block_size"):
-        value = cfg.get(key) or (cfg.get("dflash_config") or {}).get(key)
-        if isinstance(value, int):
-            return value
-    return None
 
 
 def _vocab_sizes(method: str, model: str, draft: str | None) -> dict[str, int | None]:

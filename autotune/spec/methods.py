@@ -20,8 +20,16 @@ BASELINE = "none"
 # verification batch grows without any drafter we know of accepting that far.
 GLOBAL_MAX_N = 15
 
-# AITER's MLA decode kernels on ROCm accept at most 4 query tokens per sequence (N + 1).
+# AITER's persistent MLA decode kernels on ROCm go up to 4 query tokens per sequence (N + 1).
+# Past that vLLM 0.32 still verifies correctly, on a fallback path: rocm_aiter_mla.py
+# (AiterMLAHelper._ASM_PADDED_MAX_PS_QLEN = 4: above it the gfx950 fold or the non-persistent
+# qseqlen-8 entry; vllm-project/vllm#45227 sized MTP verification for qlen > 4), while AITER
+# itself still ships no qseqlen > 4 ASM kernel (ROCm/aiter#2760, open). So N > 3 is a warning
+# (slower kernels, measure it), no longer the hard cap older vLLM needed.
 ROCM_MLA_MAX_N = 3
+ROCM_MLA_SOURCE = (
+    "vLLM 0.32 rocm_aiter_mla.py _ASM_PADDED_MAX_PS_QLEN; https://github.com/ROCm/aiter/issues/2760"
+)
 
 
 @dataclass(frozen=True)
@@ -115,12 +123,16 @@ class RuleContext:
     """num_nextn_predict_layers of the target (for mtp)."""
     block_size: int | None = None
     """The block drafter's trained block size (dflash, dspark)."""
+    sample_from_anchor: bool = True
+    """DSpark's block layout: True when every slot predicts (N = block_size), False for the
+    ``1 + N`` layout of speculators exports (N = block_size - 1)."""
     mla_attention: bool = False
-    """True for MLA models (Kimi, DeepSeek): ROCm's AITER decode caps N at 3."""
+    """True for MLA models (Kimi, DeepSeek): past N = 3 ROCm's AITER decode leaves its native
+    kernels (a warning, see ROCM_MLA_MAX_N)."""
     platform: str | None = None
     """"rocm", "cuda" or "cpu" when known."""
     allow_rocm_mla_override: bool = False
-    """The user asked to go past the ROCm MLA cap anyway."""
+    """The user knows about AITER's MLA kernel limit: no warning for N > 3 on ROCm."""
     draft_vocab_size: int | None = None
     target_vocab_size: int | None = None
 
@@ -133,23 +145,36 @@ class RuleCheck:
     warnings: tuple[str, ...] = ()
 
 
+def dspark_n(ctx: RuleContext) -> int | None:
+    """The N a DSpark draft drafts per step, None when its block size is unknown.
+
+    vLLM 0.32 (``SpeculativeConfig.__post_init__``) defaults a DSpark draft's
+    num_speculative_tokens to its ``block_size`` (or ``dspark_block_size``) and refuses any
+    other N for Qwen3-Omni drafts (``_validate_qwen3_omni_dspark``); the runtime
+    (``DSparkSpeculator``) emits N query slots in the anchor-first layout and 1 + N in the
+    speculators ``1 + N`` layout, so the trained block holds N = block_size or block_size - 1.
+    A different N drafts a block shape the draft was never trained on, so N is fixed.
+    """
+    if ctx.block_size is None:
+        return None
+    return ctx.block_size if ctx.sample_from_anchor else ctx.block_size - 1
+
+
 def max_n(method: str, ctx: RuleContext) -> int:
     """The largest N the method allows under ``ctx``."""
     bound = GLOBAL_MAX_N
     if method == "dflash" and ctx.block_size is not None:
         bound = min(bound, ctx.block_size - 1)
-    if method == "dspark" and ctx.block_size is not None:
-        bound = ctx.block_size
-    if ctx.mla_attention and ctx.platform == "rocm" and not ctx.allow_rocm_mla_override:
-        bound = min(bound, ROCM_MLA_MAX_N)
+    width = dspark_n(ctx) if method == "dspark" else None
+    if width is not None:
+        bound = width
     return bound
 
 
 def min_n(method: str, ctx: RuleContext) -> int:
     """The smallest N the method allows under ``ctx``."""
-    if method == "dspark" and ctx.block_size is not None:
-        return ctx.block_size
-    return 1
+    width = dspark_n(ctx) if method == "dspark" else None
+    return width if width is not None else 1
 
 
 def check(
@@ -178,6 +203,14 @@ def check(
         pmin, pmax = params.get("prompt_lookup_min"), params.get("prompt_lookup_max")
         if isinstance(pmin, int) and isinstance(pmax, int) and pmin > pmax:
             errors.append(f"prompt_lookup_min={pmin} must be <= prompt_lookup_max={pmax}")
+    if ctx.mla_attention and ctx.platform == "rocm" and not ctx.allow_rocm_mla_override:
+        past = [n for n in n_values if n > ROCM_MLA_MAX_N]
+        if past:
+            warnings.append(
+                f"N > {ROCM_MLA_MAX_N} on ROCm with AITER MLA ({past[0]}..{past[-1]}) verifies "
+                f"{past[0] + 1}+ query tokens, past AITER's native qlen-{ROCM_MLA_MAX_N + 1} "
+                f"decode kernels: vLLM runs it on a slower fallback ({ROCM_MLA_SOURCE})"
+            )
     if method == "mtp" and ctx.mtp_layers:
         layers = ctx.mtp_layers
         indivisible = [n for n in n_values if n > layers and n % layers]
@@ -208,12 +241,8 @@ def _bound_reason(method: str, ctx: RuleContext) -> str:
     if method == "dflash" and ctx.block_size is not None:
         return f" (dflash: N <= block_size - 1 = {ctx.block_size - 1})"
     if method == "dspark" and ctx.block_size is not None:
-        return f" (dspark: N is tied to the block size {ctx.block_size})"
-    if ctx.mla_attention and ctx.platform == "rocm" and not ctx.allow_rocm_mla_override:
-        return (
-            f" (ROCm AITER MLA decode takes at most {ROCM_MLA_MAX_N + 1} query tokens; "
-            "set model.allow_rocm_mla_override to go past it)"
-        )
+        layout = "" if ctx.sample_from_anchor else " - 1 (1 + N block layout)"
+        return f" (dspark: N is the draft's block size {ctx.block_size}{layout})"
     return ""
 
 

@@ -12,6 +12,7 @@ from pydantic import Field, field_validator, model_validator
 
 from autotune.spec._base import StrictModel
 from autotune.spec.methods import GLOBAL_MAX_N, Method
+from autotune.spec.slo import SLOSpec
 
 
 class NRange(StrictModel):
@@ -69,7 +70,9 @@ class ModelSpec(StrictModel):
         "stored with every measurement.",
     )
     allow_rocm_mla_override: bool = Field(
-        False, description="Allow N > 3 for MLA models on ROCm despite AITER's decode limit."
+        False,
+        description="Silence the warning for N > 3 on MLA models on ROCm (AITER's native MLA "
+        "decode kernels stop at 4 query tokens; vLLM 0.32 runs more on a slower fallback).",
     )
 
 
@@ -167,6 +170,11 @@ class StudySpec(StrictModel):
         description="What a trial scores: the geometric mean of output tokens/s over "
         "(workload, concurrency), so every cell counts by its relative change.",
     )
+    slo: SLOSpec | None = Field(
+        None,
+        description="p99 latency limits (TPOT, TTFT, ITL in ms; global or per workload): the "
+        "recommendation is the best throughput among configs that meet them.",
+    )
     budget: BudgetSpec = Field(default_factory=lambda: BudgetSpec(), description="When to stop.")
     sampler: Sampler = Field(
         "model",
@@ -205,4 +213,11 @@ class StudySpec(StrictModel):
             if key in seen:
                 raise ValueError(f"method {m.method} with draft {m.draft} listed twice")
             seen.add(key)
+        return self
+
+    @model_validator(mode="after")
+    def _slo_workloads(self) -> StudySpec:
+        unknown = sorted(set(self.slo.workloads) - set(self.workloads)) if self.slo else []
+        if unknown:
+            raise ValueError(f"slo.workloads: {unknown[0]!r} is not one of the study's workloads")
         return self

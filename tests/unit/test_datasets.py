@@ -69,7 +69,7 @@ def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> Path:
 # --- workload files ------------------------------------------------------------------------
 
 
-SHIPPED = ["code", "chat", "math", "gsm8k-jsonl", "summarize-csv"]
+SHIPPED = ["code", "chat", "math", "mtbench", "gsm8k-jsonl", "summarize-csv"]
 
 
 @pytest.mark.parametrize("path", [WORKLOADS / f"{n}.yaml" for n in SHIPPED], ids=SHIPPED)

@@ -138,8 +138,9 @@ def test_bad_workload_file(tmp_path: Path, autotune, monkeypatch: pytest.MonkeyP
     assert "typo.yaml: max_tokns: unknown key" in result.stderr
 
 
-def test_rocm_mla_cap(tmp_path: Path, autotune, monkeypatch: pytest.MonkeyPatch):
-    """Kimi (MLA) on ROCm: AITER decode caps N at 3 unless the study overrides it."""
+def test_rocm_mla_warning(tmp_path: Path, autotune, monkeypatch: pytest.MonkeyPatch):
+    """Kimi (MLA) on ROCm: N > 3 leaves AITER's native decode kernels, a warning (vLLM 0.32
+    verifies it on a fallback path); the study's override silences it."""
     text = """
     name: k
     model: {name: kimi}
@@ -151,12 +152,16 @@ def test_rocm_mla_cap(tmp_path: Path, autotune, monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setenv("AUTOTUNE_PLATFORM", "rocm")
     path = _write(tmp_path, text)
     result = autotune("study", "create", str(path))
-    assert result.exit_code == 2
-    assert "AITER" in result.stderr and "methods.0.num_speculative_tokens" in result.stderr
+    assert result.exit_code == 0, result
+    assert "warning: methods.0: N > 3 on ROCm with AITER MLA" in result.stderr
     path.write_text(
-        textwrap.dedent(text).replace("{name: kimi}", "{name: kimi, allow_rocm_mla_override: true}")
+        textwrap.dedent(text)
+        .replace("{name: kimi}", "{name: kimi, allow_rocm_mla_override: true}")
+        .replace("name: k\n", "name: k1\n")
     )
-    assert autotune("study", "create", str(path)).exit_code == 0
+    result = autotune("study", "create", str(path))
+    assert result.exit_code == 0 and "AITER" not in result.stderr
     monkeypatch.setenv("AUTOTUNE_PLATFORM", "cuda")
     path.write_text(textwrap.dedent(text).replace("name: k\n", "name: k2\n"))
-    assert autotune("study", "create", str(path)).exit_code == 0
+    result = autotune("study", "create", str(path))
+    assert result.exit_code == 0 and "AITER" not in result.stderr

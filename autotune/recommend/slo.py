@@ -1,0 +1,316 @@
+"""Choosing under a latency SLO: the best throughput among configs whose p99 latencies meet it.
+
+The plain choice (:func:`autotune.recommend.choose.choose`) ranks configs by throughput alone.
+Serving under an SLO ranks only the configs that meet it: each config's p99 TPOT / TTFT / ITL is
+the median over its repeats of the per-measurement p99 (robust to one noisy repeat, like the
+throughput score), and a config meets the SLO when every limited metric is at or under its
+limit. A config with no recorded value for a limited metric does not meet it (nothing says it
+does). Among those that meet it, the usual ranking, tie rule and screening apply. When none
+meets it, :class:`NoConfigMeetsSLO` names the closest config: the one whose worst
+``value / limit`` ratio is smallest.
+
+:func:`pareto_front` gives, per level, the configs no other config beats on both median
+throughput and p99 TPOT: the trade-off the report plots. :func:`request_goodput` is vLLM's
+goodput (requests per second that met the SLO), for an engine run's per-request timings.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from autotune.errors import NoResultError
+from autotune.recommend.choose import (
+    DEFAULT_TIE_PCT,
+    Choice,
+    ConfigScore,
+    MeasuredRow,
+    choose,
+    choose_overall,
+    latest_digest,
+)
+from autotune.spec.slo import SLO
+
+if TYPE_CHECKING:
+    from autotune.engine.stats import RequestTiming
+    from autotune.spec.study import StudySpec
+
+METRICS = ("tpot_ms_p99", "ttft_ms_p99", "itl_ms_p99")
+
+
+class LatencyRow(MeasuredRow, Protocol):
+    """A measurement with its latency percentiles (MeasurementRecord satisfies it)."""
+
+    @property
+    def tpot_ms_p99(self) -> float | None: ...
+    @property
+    def ttft_ms_p99(self) -> float | None: ...
+    @property
+    def itl_ms_p99(self) -> float | None: ...
+
+
+@dataclass(frozen=True)
+class LatencyScore:
+    """One config's throughput score with its p99 latencies (medians over repeats)."""
+
+    config: ConfigScore
+    p99_ms: dict[str, float | None]
+    """``tpot_ms_p99``, ``ttft_ms_p99``, ``itl_ms_p99``: median over repeats, None if unrecorded."""
+
+    def ratio(self, slo: SLO) -> float:
+        """The worst ``value / limit`` over the SLO's limits (<= 1 meets it; inf: unrecorded)."""
+        worst = 0.0
+        for metric, limit in slo.limits().items():
+            value = self.p99_ms.get(metric)
+            worst = max(worst, float("inf") if value is None else value / limit)
+        return worst
+
+    def meets(self, slo: SLO) -> bool:
+        return self.ratio(slo) <= 1.0
+
+    def describe(self, slo: SLO) -> str:
+        """``ngram N=2: p99 TPOT 61.2 ms`` over the SLO's metrics."""
+        names = {"tpot_ms_p99": "TPOT", "ttft_ms_p99": "TTFT", "itl_ms_p99": "ITL"}
+        parts = []
+        for metric in slo.limits() or {"tpot_ms_p99": 0.0}:
+            value = self.p99_ms.get(metric)
+            shown = "not recorded" if value is None else f"{value:.1f} ms"
+            parts.append(f"p99 {names[metric]} {shown}")
+        return f"{self.config.label()}: {', '.join(parts)}"
+
+
+@dataclass(frozen=True)
+class SLOChoice:
+    """The recommendation for one (workload, concurrency) under an SLO."""
+
+    slo: SLO
+    plain: Choice
+    """The choice by throughput alone (what is recommended without an SLO)."""
+    meeting: tuple[LatencyScore, ...]
+    """Configs that meet the SLO, ranked best first (screening runs excluded)."""
+    scores: tuple[LatencyScore, ...]
+    """Every rankable config of the cell with its latencies, in the plain ranking's order."""
+
+    @property
+    def best(self) -> LatencyScore | None:
+        return self.meeting[0] if self.meeting else None
+
+    @property
+    def closest(self) -> LatencyScore | None:
+        """The config nearest to meeting the SLO (smallest worst ratio to a limit)."""
+        return min(self.scores, key=lambda s: s.ratio(self.slo), default=None)
+
+    @property
+    def changed(self) -> bool:
+        """True when the SLO moves the recommendation away from the plain choice."""
+        best = self.best
+        return best is None or best.config.speculative_config != (
+            self.plain.best.speculative_config
+        )
+
+    def as_choice(self) -> Choice:
+        """The choice among the configs that meet the SLO, shaped like the plain one (so
+        rendering and ``check`` take it as is); raises :class:`NoConfigMeetsSLO` when none do."""
+        if not self.meeting:
+            raise NoConfigMeetsSLO(self, self.plain.workload, self.plain.concurrency)
+        ranked = tuple(s.config for s in self.meeting)
+        threshold = max(c.score_tok_s for c in ranked) * (1.0 - DEFAULT_TIE_PCT / 100.0)
+        return Choice(
+            workload=self.plain.workload,
+            workload_digest=self.plain.workload_digest,
+            concurrency=self.plain.concurrency,
+            best=ranked[0],
+            runner_up=ranked[1] if len(ranked) > 1 else None,
+            # Speedups stay relative to the baseline as measured, whether or not it meets the SLO.
+            baseline=self.plain.baseline,
+            tied=tuple(c for c in ranked if c.score_tok_s >= threshold),
+            ranked=ranked,
+            screened=self.plain.screened,
+        )
+
+
+class NoConfigMeetsSLO(NoResultError):
+    """No measured config meets the SLO at this level (exit code 1); names the closest."""
+
+    def __init__(self, choice: SLOChoice, workload: str, concurrency: int):
+        self.choice = choice
+        closest = choice.closest
+        near = f"; closest: {closest.describe(choice.slo)}" if closest else ""
+        super().__init__(
+            f"no config meets the SLO ({choice.slo.describe()}) for {workload} at concurrency "
+            f"{concurrency}{near}"
+        )
+
+
+def _key(config: dict[str, object] | None) -> str:
+    return json.dumps(config, sort_keys=True)
+
+
+def _latencies(
+    rows: Sequence[LatencyRow], workload: str, concurrency: int, digest: str
+) -> dict[str, dict[str, float | None]]:
+    """Per config (by speculative_config), the median over repeats of each p99 metric."""
+    values: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for r in rows:
+        if (r.workload, r.concurrency, r.workload_digest) != (workload, concurrency, digest):
+            continue
+        for metric in METRICS:
+            v = getattr(r, metric)
+            if v is not None:
+                values[_key(r.speculative_config)][metric].append(float(v))
+    return {
+        key: {m: statistics.median(by[m]) if by.get(m) else None for m in METRICS}
+        for key, by in values.items()
+    }
+
+
+def choose_slo(
+    rows: Sequence[LatencyRow],
+    workload: str,
+    concurrency: int,
+    slo: SLO,
+    tie_pct: float = DEFAULT_TIE_PCT,
+) -> SLOChoice | None:
+    """The SLO-aware choice for one cell; None when nothing was measured there.
+
+    With an empty SLO it agrees with the plain choice. Check ``best`` (None: nothing meets the
+    SLO) or call :func:`require_slo` to raise :class:`NoConfigMeetsSLO` instead.
+    """
+    plain = choose(rows, workload, concurrency, tie_pct)
+    if plain is None:
+        return None
+    digest = latest_digest(rows, workload)
+    assert digest is not None  # choose() found rows for this workload
+    lat = _latencies(rows, workload, concurrency, digest)
+    empty: dict[str, float | None] = dict.fromkeys(METRICS)
+    scores = tuple(
+        LatencyScore(s, lat.get(_key(s.speculative_config), empty)) for s in plain.ranked
+    )
+    meeting = [s for s in scores if s.meets(slo)]
+    if meeting:
+        # Rank those that meet it exactly as choose() ranks a cell: tie rule, then preference.
+        top = max(s.config.score_tok_s for s in meeting)
+        threshold = top * (1.0 - tie_pct / 100.0)
+        tied = sorted(
+            (s for s in meeting if s.config.score_tok_s >= threshold),
+            key=lambda s: (s.config.num_speculative_tokens, 0 if s.config.draft is None else 1),
+        )
+        rest = sorted(
+            (s for s in meeting if s.config.score_tok_s < threshold),
+            key=lambda s: s.config.score_tok_s,
+            reverse=True,
+        )
+        meeting = tied + rest
+    return SLOChoice(slo=slo, plain=plain, meeting=tuple(meeting), scores=scores)
+
+
+def require_slo(choice: SLOChoice, workload: str, concurrency: int) -> LatencyScore:
+    """The SLO-meeting best of ``choice``, or :class:`NoConfigMeetsSLO` (exit 1)."""
+    if choice.best is None:
+        raise NoConfigMeetsSLO(choice, workload, concurrency)
+    return choice.best
+
+
+def pareto_front(scores: Sequence[LatencyScore], metric: str = "tpot_ms_p99") -> list[LatencyScore]:
+    """Configs not dominated on (higher median throughput, lower p99 ``metric``), fastest first.
+
+    Configs without a recorded ``metric`` are left out: they have no place on the trade-off.
+    """
+    known = [s for s in scores if s.p99_ms.get(metric) is not None]
+
+    def dominated(a: LatencyScore) -> bool:
+        ta, la = a.config.median_tok_s, a.p99_ms[metric]
+        assert la is not None
+        for b in known:
+            tb, lb = b.config.median_tok_s, b.p99_ms[metric]
+            assert lb is not None
+            if tb >= ta and lb <= la and (tb > ta or lb < la):
+                return True
+        return False
+
+    return sorted(
+        (s for s in known if not dominated(s)), key=lambda s: s.config.median_tok_s, reverse=True
+    )
+
+
+def study_slo(spec: StudySpec, workload: str) -> SLO:
+    """The SLO a study sets for ``workload`` (empty when the study has no ``slo:`` block)."""
+    return spec.slo.for_workload(workload) if spec.slo else SLO()
+
+
+def trade_off_rows(choice: SLOChoice, metric: str = "tpot_ms_p99") -> list[dict[str, Any]]:
+    """One row per config of the cell for the report's throughput-vs-latency table and plot:
+    its label, median tok/s, p99 latencies, whether it meets the SLO, is on the Pareto front,
+    and is the recommendation under the SLO."""
+    front = {id(s) for s in pareto_front(choice.scores, metric)}
+    best = choice.best
+    return [
+        {
+            "concurrency": choice.plain.concurrency,
+            "config": s.config.label(),
+            "speculative_config": s.config.speculative_config,
+            "median_tok_s": s.config.median_tok_s,
+            **s.p99_ms,
+            "meets_slo": s.meets(choice.slo),
+            "on_front": id(s) in front,
+            "recommended": best is not None and s is best,
+        }
+        for s in choice.scores
+    ]
+
+
+def choose_overall_slo(
+    rows: Sequence[LatencyRow],
+    workload: str,
+    concurrencies: Sequence[int],
+    slo: SLO,
+    tie_pct: float = DEFAULT_TIE_PCT,
+) -> Choice | None:
+    """One config for every level under the SLO: :func:`choose_overall` over the configs that
+    meet the SLO at every measured level. Raises :class:`NoConfigMeetsSLO` (naming the level
+    where the fewest configs meet it) when no config meets it everywhere."""
+    allowed: set[str] | None = None
+    hardest: SLOChoice | None = None
+    for level in concurrencies:
+        c = choose_slo(rows, workload, level, slo, tie_pct)
+        if c is None:
+            continue
+        keys = {_key(s.config.speculative_config) for s in c.meeting}
+        allowed = keys if allowed is None else allowed & keys
+        if hardest is None or len(c.meeting) < len(hardest.meeting):
+            hardest = c
+    if hardest is None:
+        return None
+    if not allowed:
+        raise NoConfigMeetsSLO(hardest, workload, hardest.plain.concurrency)
+    kept = [r for r in rows if _key(r.speculative_config) in allowed]
+    return choose_overall(kept, workload, concurrencies, tie_pct)
+
+
+def request_goodput(timings: Sequence[RequestTiming], duration_s: float, slo: SLO) -> float:
+    """Requests per second that met the SLO, by ``vllm bench serve``'s definition of goodput.
+
+    vLLM (``benchmarks/serve.py``: ``calculate_metrics``) counts a completed request as good
+    when each limited metric *of that request* is within its limit: TTFT, and TPOT as
+    (e2e - TTFT) / (output tokens - 1), taken as 0 for a one-token reply. The SLO's p99 limits
+    serve as those per-request limits; vLLM's goodput has no ITL term, so ``itl_p99_ms`` does not
+    enter. Requests that produced no chunk did not complete and are not good.
+    """
+    if duration_s <= 0:
+        raise ValueError("duration_s must be positive")
+    good = 0
+    for t in timings:
+        ttft, e2e = t.ttft_s, t.e2e_s
+        if ttft is None or e2e is None:
+            continue
+        tpot = (e2e - ttft) / (t.output_tokens - 1) if t.output_tokens > 1 else 0.0
+        if slo.ttft_p99_ms is not None and ttft * 1000.0 > slo.ttft_p99_ms:
+            continue
+        if slo.tpot_p99_ms is not None and tpot * 1000.0 > slo.tpot_p99_ms:
+            continue
+        good += 1
+    return good / duration_s

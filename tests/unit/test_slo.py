@@ -1,0 +1,304 @@
+"""Choosing under a latency SLO, on a real CPU sweep recorded with its latency percentiles.
+
+``tests/data/tiny-cpu-slo.csv`` is ``autotune report --csv`` of ``bench/record/tiny-cpu-slo.yaml``
+run on vLLM 0.32.0's CPU build (see the file's header for when and under what load).
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from autotune.errors import SpecError
+from autotune.recommend.choose import choose, choose_overall
+from autotune.recommend.slo import (
+    NoConfigMeetsSLO,
+    choose_overall_slo,
+    choose_slo,
+    pareto_front,
+    require_slo,
+    trade_off_rows,
+)
+from autotune.spec.loader import load_study_file
+from autotune.spec.slo import SLO, SLOSpec
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "tiny-cpu-slo.csv"
+
+
+@dataclass(frozen=True)
+class Row:
+    """One recorded measurement, with the fields choosing reads."""
+
+    trial_id: int
+    method: str
+    draft: str | None
+    num_speculative_tokens: int
+    speculative_config: dict[str, Any] | None
+    workload: str
+    workload_digest: str
+    concurrency: int
+    output_throughput_tok_s: float
+    num_drafts: int
+    num_accepted_tokens: int
+    accepted_per_pos: tuple[int, ...]
+    created_at: datetime
+    tpot_ms_p99: float | None
+    ttft_ms_p99: float | None
+    itl_ms_p99: float | None
+
+
+def _opt(v: str) -> float | None:
+    return float(v) if v else None
+
+
+@pytest.fixture(scope="module")
+def rows() -> list[Row]:
+    # Every cell as text: "null" (the baseline's config) and "" (no draft) stay what they are.
+    df = pd.read_csv(DATA, comment="#", dtype=str, keep_default_na=False)
+    return [
+        Row(
+            trial_id=int(r.trial_id),
+            method=r.method,
+            draft=r.draft or None,
+            num_speculative_tokens=int(r.num_speculative_tokens),
+            speculative_config=json.loads(r.speculative_config),
+            workload=r.workload,
+            workload_digest=r.workload_digest,
+            concurrency=int(r.concurrency),
+            output_throughput_tok_s=float(r.output_throughput_tok_s),
+            num_drafts=int(r.num_drafts),
+            num_accepted_tokens=int(r.num_accepted_tokens),
+            accepted_per_pos=(),
+            created_at=datetime.fromisoformat(r.created_at),
+            tpot_ms_p99=_opt(r.tpot_ms_p99),
+            ttft_ms_p99=_opt(r.ttft_ms_p99),
+            itl_ms_p99=_opt(r.itl_ms_p99),
+        )
+        for r in df.itertuples()
+    ]
+
+
+def test_the_recording_has_latency_columns(rows: list[Row]) -> None:
+    assert rows and all(r.tpot_ms_p99 is not None and r.ttft_ms_p99 is not None for r in rows)
+    assert {r.concurrency for r in rows} == {1, 8}
+
+
+def test_no_slo_agrees_with_the_plain_choice(rows: list[Row]) -> None:
+    for level in (1, 8):
+        plain = choose(rows, "code", level)
+        choice = choose_slo(rows, "code", level, SLO())
+        assert plain is not None and choice is not None and choice.best is not None
+        assert choice.best.config.speculative_config == plain.best.speculative_config
+        assert not choice.changed
+
+
+def test_every_config_meeting_the_slo_is_under_every_limit(rows: list[Row]) -> None:
+    slo = SLO(tpot_p99_ms=40.0, ttft_p99_ms=400.0)
+    choice = choose_slo(rows, "code", 8, slo)
+    assert choice is not None
+    for s in choice.scores:
+        tpot, ttft = s.p99_ms["tpot_ms_p99"], s.p99_ms["ttft_ms_p99"]
+        assert tpot is not None and ttft is not None
+        assert (s in choice.meeting) == (tpot <= 40.0 and ttft <= 400.0)
+
+
+def test_a_tight_slo_names_the_closest_config(rows: list[Row]) -> None:
+    slo = SLO(tpot_p99_ms=0.5)  # half a millisecond per token: nothing on 2 CPU cores meets it
+    choice = choose_slo(rows, "code", 1, slo)
+    assert choice is not None and choice.best is None
+    with pytest.raises(NoConfigMeetsSLO) as info:
+        require_slo(choice, "code", 1)
+    closest = choice.closest
+    assert closest is not None
+    assert closest.p99_ms["tpot_ms_p99"] == min(
+        s.p99_ms["tpot_ms_p99"] or 1e9 for s in choice.scores
+    )
+    assert info.value.exit_code == 1
+    assert "no config meets the SLO (p99 TPOT <= 0.5 ms)" in str(info.value)
+    assert closest.config.label() in str(info.value)
+
+
+def test_pareto_front_is_undominated_and_spans_the_extremes(rows: list[Row]) -> None:
+    for level in (1, 8):
+        choice = choose_slo(rows, "code", level, SLO())
+        assert choice is not None
+        front = pareto_front(choice.scores)
+        fastest = max(choice.scores, key=lambda s: s.config.median_tok_s)
+        snappiest = min(choice.scores, key=lambda s: s.p99_ms["tpot_ms_p99"] or 1e9)
+        assert fastest in front and snappiest in front
+        for a in front:
+            for b in choice.scores:
+                ta, tb = a.config.median_tok_s, b.config.median_tok_s
+                la, lb = a.p99_ms["tpot_ms_p99"], b.p99_ms["tpot_ms_p99"]
+                assert la is not None and lb is not None
+                assert not (tb >= ta and lb <= la and (tb > ta or lb < la))
+
+
+# --- the spec ------------------------------------------------------------------------------
+
+
+def test_per_workload_limits_override_the_global_ones_field_by_field() -> None:
+    spec = SLOSpec.model_validate(
+        {"tpot_p99_ms": 50, "ttft_p99_ms": 2000, "workloads": {"code": {"tpot_p99_ms": 30}}}
+    )
+    assert spec.for_workload("code") == SLO(tpot_p99_ms=30, ttft_p99_ms=2000)
+    assert spec.for_workload("chat") == SLO(tpot_p99_ms=50, ttft_p99_ms=2000)
+    assert spec.for_workload("chat").describe() == "p99 TPOT <= 50 ms, p99 TTFT <= 2000 ms"
+    assert not SLO()
+
+
+STUDY = """
+name: s
+model: {name: tiny}
+workloads: [code]
+methods:
+  - method: ngram
+    num_speculative_tokens: {min: 1, max: 2}
+"""
+
+
+@pytest.mark.parametrize(
+    ("slo", "message", "field"),
+    [
+        ("slo: {tpot_p99_ms: -3}", "greater than 0", "slo.tpot_p99_ms"),
+        ("slo: {p95_tpot: 3}", "unknown key", "slo.p95_tpot"),
+        ("slo: {workloads: {chat: {tpot_p99_ms: 3}}}", "'chat' is not one of the study's", None),
+    ],
+)
+def test_bad_slo_blocks_are_one_line(
+    tmp_path: Path, slo: str, message: str, field: str | None
+) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text(textwrap.dedent(STUDY) + slo + "\n")
+    with pytest.raises(SpecError) as info:
+        load_study_file(path)
+    assert message in str(info.value) and "\n" not in str(info.value)
+    if field:
+        assert info.value.field == field
+
+
+def test_a_good_slo_block_loads(tmp_path: Path) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text(textwrap.dedent(STUDY) + "slo: {tpot_p99_ms: 40, workloads: {code: {}}}\n")
+    spec = load_study_file(path)
+    assert spec.slo is not None and spec.slo.for_workload("code") == SLO(tpot_p99_ms=40)
+
+
+# --- the SLO moves the recommendation where the recording says so ----------------------------
+
+
+@pytest.mark.parametrize(
+    ("level", "slo", "expected"),
+    [
+        # n-gram N=3 is fastest at 8 in flight, but its multi-token chunks widen the gaps
+        # between streamed chunks (p99 ITL 26.8 ms against 12.0 without speculation).
+        (8, SLO(itl_p99_ms=20), "off (no speculation)"),
+        # Only n-gram N=4 answers first within 100 ms at the p99 (92.3 ms).
+        (8, SLO(ttft_p99_ms=100), "ngram N=4"),
+        # At one in flight only N=4 keeps p99 TPOT under 2.5 ms (2.4 ms; N=3 2.6 ms).
+        (1, SLO(tpot_p99_ms=2.5), "ngram N=4"),
+    ],
+)
+def test_the_slo_changes_the_choice_where_the_data_says_so(
+    rows: list[Row], level: int, slo: SLO, expected: str
+) -> None:
+    choice = choose_slo(rows, "code", level, slo)
+    assert choice is not None and choice.best is not None
+    assert choice.plain.best.label() == "ngram N=3"
+    assert choice.best.config.label() == expected
+    assert choice.changed and choice.best.meets(slo)
+    # Everything faster than the SLO's choice breaks the SLO.
+    faster = [s for s in choice.scores if s.config.score_tok_s > choice.best.config.score_tok_s]
+    assert faster and not any(s.meets(slo) for s in faster)
+
+
+def test_as_choice_is_a_plain_choice_among_those_that_meet_it(rows: list[Row]) -> None:
+    choice = choose_slo(rows, "code", 8, SLO(ttft_p99_ms=100))
+    assert choice is not None
+    plain = choice.as_choice()
+    assert plain.best.label() == "ngram N=4" and plain.concurrency == 8
+    assert [c.label() for c in plain.ranked] == [s.config.label() for s in choice.meeting]
+    assert plain.baseline is not None and plain.baseline.is_baseline
+    assert plain.speedup is not None and plain.speedup > 1.0
+    with pytest.raises(NoConfigMeetsSLO):
+        choose_slo(rows, "code", 8, SLO(ttft_p99_ms=1)).as_choice()  # type: ignore[union-attr]
+
+
+def test_one_config_for_every_level_under_the_slo(rows: list[Row]) -> None:
+    assert choose_overall(rows, "code", [1, 8]).best.label() == "ngram N=3"  # type: ignore[union-attr]
+    loose = choose_overall_slo(rows, "code", [1, 8], SLO(itl_p99_ms=30))
+    assert loose is not None and loose.best.label() == "ngram N=3"
+    # Under 15 ms only the baseline keeps p99 ITL low at both levels (11.6 and 12.0 ms).
+    tight = choose_overall_slo(rows, "code", [1, 8], SLO(itl_p99_ms=15))
+    assert tight is not None and tight.best.label() == "off (no speculation)"
+    with pytest.raises(NoConfigMeetsSLO, match="closest"):
+        choose_overall_slo(rows, "code", [1, 8], SLO(itl_p99_ms=5))
+
+
+def test_trade_off_rows_mark_front_slo_and_recommendation(rows: list[Row]) -> None:
+    choice = choose_slo(rows, "code", 8, SLO(itl_p99_ms=20))
+    assert choice is not None
+    table = trade_off_rows(choice)
+    assert len(table) == len(choice.scores) == 7
+    (chosen,) = [r for r in table if r["recommended"]]
+    assert chosen["config"] == "off (no speculation)" and chosen["meets_slo"]
+    assert {r["config"] for r in table if r["on_front"]} == {"ngram N=3"}
+    assert all(r["meets_slo"] == (r["itl_ms_p99"] <= 20) for r in table)
+
+
+# --- goodput, against vLLM's own ------------------------------------------------------------
+
+
+def test_request_goodput_matches_vllm_bench_serve() -> None:
+    """The same requests through vLLM's ``calculate_metrics`` give the same goodput."""
+    import random
+
+    from vllm.benchmarks.datasets import SampleRequest
+    from vllm.benchmarks.lib.endpoint_request_func import RequestFuncOutput
+    from vllm.benchmarks.serve import calculate_metrics
+
+    from autotune.engine.stats import RequestTiming
+    from autotune.recommend.slo import request_goodput
+
+    rng = random.Random(7)
+    timings = []
+    for i in range(60):
+        sent = i * 0.05
+        first = sent + rng.uniform(0.01, 0.4)
+        gaps = [rng.uniform(0.001, 0.03) for _ in range(rng.choice([0, 1, 5, 20]))]
+        chunks = [first]
+        for g in gaps:
+            chunks.append(chunks[-1] + g)
+        timings.append(RequestTiming(sent, tuple(chunks), output_tokens=len(chunks) * 2 - 1))
+    outputs = [
+        RequestFuncOutput(
+            success=True,
+            latency=t.e2e_s or 0.0,
+            ttft=t.ttft_s or 0.0,
+            output_tokens=t.output_tokens,
+            itl=t.itls_s,
+            prompt_len=1,
+        )
+        for t in timings
+    ]
+    requests = [SampleRequest(prompt="x", prompt_len=1, expected_output_len=8) for _ in timings]
+    for slo in (SLO(ttft_p99_ms=200), SLO(tpot_p99_ms=8), SLO(ttft_p99_ms=300, tpot_p99_ms=10)):
+        goodput = {"ttft": slo.ttft_p99_ms, "tpot": slo.tpot_p99_ms}
+        metrics, _ = calculate_metrics(
+            input_requests=requests,
+            outputs=outputs,
+            dur_s=4.0,
+            tokenizer=None,
+            selected_percentiles=[99.0],
+            goodput_config_dict={k: v for k, v in goodput.items() if v is not None},
+        )
+        ours = request_goodput(timings, 4.0, slo)
+        assert 0 < ours < len(timings) / 4.0
+        assert ours == pytest.approx(metrics.request_goodput)
