@@ -306,12 +306,17 @@ def recommend(
     workload: str,
     concurrency: int | None = None,
     study: str | None = None,
+    slo: Any = None,
 ) -> Recommendation:
     """The measured recommendation for (model, workload[, concurrency]).
 
-    Answers from the study ``select_study`` picks: finished studies first.
+    Answers from the study ``select_study`` picks: finished studies first. Under a latency SLO
+    (``slo``, an :class:`autotune.spec.slo.SLO`; else the study's own ``slo:`` block) only the
+    configs whose p99 latencies meet it are chosen; none meeting it raises
+    :class:`autotune.recommend.slo.NoConfigMeetsSLO` naming the closest.
     """
     from autotune.recommend.choose import choose, choose_overall
+    from autotune.recommend.slo import NoConfigMeetsSLO, choose_overall_slo, choose_slo, study_slo
 
     sel = select_study(store, model, workload, study)
     record, rows = sel.study, sel.rows
@@ -321,15 +326,31 @@ def recommend(
             f"concurrency {concurrency} was not measured for {model}/{workload} "
             f"(measured: {', '.join(map(str, levels))})"
         )
-    per_level = [c for c in (choose(rows, workload, lv) for lv in levels) if c is not None]
-    choice = (
-        choose(rows, workload, concurrency)
-        if concurrency is not None
-        else choose_overall(rows, workload, levels)
-    )
+    resolved = ResolvedStudy.from_json(record.resolved_json)
+    slo = slo if slo else study_slo(resolved.spec, workload)
+
+    def at(level: int) -> Any:
+        if not slo:
+            return choose(rows, workload, level)
+        under = choose_slo(rows, workload, level, slo)
+        return None if under is None else under.as_choice()
+
+    per_level = []
+    for lv in levels:
+        try:
+            if (c := at(lv)) is not None:
+                per_level.append(c)
+        except NoConfigMeetsSLO:
+            if lv == concurrency:
+                raise
+    if concurrency is not None:
+        choice = at(concurrency)
+    elif slo:
+        choice = choose_overall_slo(rows, workload, levels, slo)
+    else:
+        choice = choose_overall(rows, workload, levels)
     if choice is None:
         raise NoResultError(f"no usable measurements for {model}/{workload}")
-    resolved = ResolvedStudy.from_json(record.resolved_json)
     # The printed command is the measured one: the engine args stored with the best's trial.
     trial = next((t for t in store.trials(record) if t.id in choice.best.trial_ids), None)
     return Recommendation(
@@ -342,7 +363,7 @@ def recommend(
         study=record,
         resolved=resolved,
         rows=rows,
-        notes=sel.notes,
+        notes=sel.notes + ((f"under the latency SLO {slo.describe()}",) if slo else ()),
         coverage=sel.coverage,
         engine_args=dict(trial.engine_args if trial else resolved.engine_args),
         tensor_parallel_size=trial.tensor_parallel_size if trial else resolved.tensor_parallel_size,
@@ -434,6 +455,7 @@ def answer(
     concurrency: int | None = None,
     study: str | None = None,
     source: str = "any",
+    slo: Any = None,
 ) -> Recommendation | PriorRecommendation:
     """What `autotune recommend` prints: the measured recommendation, else (``source`` "any")
     the published starting point; ``source`` "measured"/"published" asks for one of them only.
@@ -447,9 +469,10 @@ def answer(
     if source != "published":
         try:
             opened = store() if callable(store) else store
-            return recommend(opened, model, workload, concurrency, study=study)
+            return recommend(opened, model, workload, concurrency, study=study, slo=slo)
         except NoResultError as exc:
-            if source == "measured" or study is not None:
+            # A published result says nothing of latency: no fallback under an SLO.
+            if source == "measured" or study is not None or slo:
                 raise
             measured_error: NoResultError | None = exc
     else:

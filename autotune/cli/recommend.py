@@ -56,6 +56,28 @@ FORMATS = ("json", "args", "yaml", "dsd")
     "point; any: measured when the store has the pair, else published.",
 )
 @click.option(
+    "--slo-tpot-p99",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    metavar="MS",
+    help="Latency SLO: only configs whose p99 time per output token is at most MS "
+    "[default: the study's slo: block, if any].",
+)
+@click.option(
+    "--slo-ttft-p99",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    metavar="MS",
+    help="Latency SLO: p99 time to first token at most MS.",
+)
+@click.option(
+    "--slo-itl-p99",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    metavar="MS",
+    help="Latency SLO: p99 inter-token latency at most MS.",
+)
+@click.option(
     "--json",
     "as_json",
     is_flag=True,
@@ -72,6 +94,9 @@ def recommend(
     fmt: str,
     explain: bool,
     source: str,
+    slo_tpot_p99: float | None,
+    slo_ttft_p99: float | None,
+    slo_itl_p99: float | None,
     as_json: bool,
 ) -> None:
     """Print the recommended --speculative-config for a model and workload.
@@ -91,14 +116,24 @@ def recommend(
     is a published starting point, cites it and says how to measure; exit 0. With nothing
     published either (e.g. the tiny test models) it exits 1.
 
+    Under a latency SLO (the --slo-* options, else the study's slo: block) only configs whose
+    measured p99 latencies (median over repeats) meet every limit are chosen; when none does it
+    exits 1 naming the closest. Published starting points carry no latency, so an SLO never
+    falls back to them.
+
     \b
     Example:
       autotune recommend --model kimi --workload code
+      autotune recommend --model tiny --workload code --concurrency 8 --slo-itl-p99 20
       autotune recommend --model tiny --workload code --concurrency 4 --format args
     """
     from autotune import api
+    from autotune.spec.slo import SLO
 
-    answer = api.answer(ctx.store, model, workload, concurrency, study=study_name, source=source)
+    slo = SLO(tpot_p99_ms=slo_tpot_p99, ttft_p99_ms=slo_ttft_p99, itl_p99_ms=slo_itl_p99)
+    answer = api.answer(
+        ctx.store, model, workload, concurrency, study=study_name, source=source, slo=slo or None
+    )
     if isinstance(answer, api.PriorRecommendation):
         _print_prior(answer, fmt, explain, as_json)
         return

@@ -302,3 +302,89 @@ def test_request_goodput_matches_vllm_bench_serve() -> None:
         ours = request_goodput(timings, 4.0, slo)
         assert 0 < ours < len(timings) / 4.0
         assert ours == pytest.approx(metrics.request_goodput)
+
+
+def _load_recording(store_path: Path) -> None:
+    """The recorded sweep as a finished study in a real store, trial by trial, as the tuner
+    writes it (the replay engine records no latencies, so it cannot stand in here)."""
+    from autotune import api
+    from autotune.engine._base import EngineConfig, EngineInfo, Measurement
+    from autotune.store import Store
+
+    df = pd.read_csv(DATA, comment="#", dtype=str, keep_default_na=False)
+    landscape = store_path.parent / "unused.csv"
+    landscape.write_text(
+        "model,workload,method,draft,num_speculative_tokens,concurrency,repeat,"
+        "output_throughput_tok_s,mean_acceptance_length,acceptance_per_pos,engine_start_s,"
+        "measure_s\norg/tiny,code,none,,0,1,0,1,,,1,1\norg/tiny,code,ngram,,1,1,0,1,1.5,0.5,1,1\n"
+    )
+    store = Store(str(store_path))
+    record = api.create_replay_study(store, landscape, "slo-sweep").study
+    for _, trial in df.groupby("trial_id", sort=False):
+        first = trial.iloc[0]
+        spec = json.loads(first.speculative_config)
+        config = EngineConfig(
+            model=record.model,
+            method=first.method,
+            num_speculative_tokens=int(first.num_speculative_tokens),
+            draft=first.draft or None,
+            method_params={k: v for k, v in (spec or {}).items() if k.startswith("prompt_")},
+        )
+        assert config.speculative_config() == spec
+        trial_id = store.start_trial(record, config, None)
+        info = EngineInfo(float(first.engine_start_s), "0.32.0", "cpu", "cpu", "cpu")
+        store.record_engine(trial_id, info)
+        for r in trial.itertuples():
+            n = int(r.num_speculative_tokens)
+            drafts = int(r.num_drafts)
+            per_pos = tuple(
+                round(float(getattr(r, f"acceptance_pos_{i}")) * drafts) for i in range(1, n + 1)
+            )
+            m = Measurement(
+                workload=r.workload,
+                workload_digest=r.workload_digest,
+                concurrency=int(r.concurrency),
+                repeat=int(r.repeat),
+                seed=int(r.seed),
+                num_requests=int(r.num_requests),
+                num_prompt_tokens=int(r.num_prompt_tokens),
+                num_output_tokens=int(r.num_output_tokens),
+                measure_s=float(r.measure_s),
+                output_throughput_tok_s=float(r.output_throughput_tok_s),
+                request_throughput_req_s=float(r.request_throughput_req_s),
+                ttft_ms_p99=_opt(r.ttft_ms_p99),
+                tpot_ms_p99=_opt(r.tpot_ms_p99),
+                itl_ms_p99=_opt(r.itl_ms_p99),
+                num_drafts=drafts,
+                num_draft_tokens=int(r.num_draft_tokens),
+                num_accepted_tokens=int(r.num_accepted_tokens),
+                accepted_per_pos=per_pos if drafts else (),
+                max_inflight=int(r.max_inflight),
+            )
+            store.add_measurement(trial_id, m, info, config)
+        store.finish_trial(trial_id, state="complete", engine_seconds=1.0)
+    store.set_study_status("slo-sweep", "done")
+    store.dispose()
+
+
+def test_recommend_under_an_slo_from_the_command_line(autotune, db_path: Path) -> None:
+    _load_recording(db_path)
+    args = ("recommend", "--model", "org/tiny", "--workload", "code", "--concurrency", "8")
+    plain = autotune(*args)
+    assert plain.exit_code == 0, plain.stderr
+    assert json.loads(plain.stdout)["num_speculative_tokens"] == 3
+    # n-gram's multi-token chunks break a 20 ms p99 ITL at 8 in flight: no speculation.
+    under = autotune(*args, "--slo-itl-p99", "20")
+    assert under.exit_code == 0, under.stderr
+    assert json.loads(under.stdout) is None
+    assert "p99 ITL <= 20 ms" in under.stderr
+    ttft = autotune(*args, "--slo-ttft-p99", "100")
+    assert json.loads(ttft.stdout)["num_speculative_tokens"] == 4
+    none = autotune(*args, "--slo-itl-p99", "1")
+    assert none.exit_code == 1 and "no config meets the SLO" in none.stderr
+    assert "closest" in none.stderr and "Traceback" not in none.stderr
+    # Published results carry no latency: an SLO never falls back to them.
+    unmeasured = autotune(
+        "recommend", "--model", "gemma4", "--workload", "code", "--slo-itl-p99", "20"
+    )
+    assert unmeasured.exit_code == 1
