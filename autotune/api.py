@@ -292,3 +292,99 @@ def export_landscape(store: Store, study: str, path: Path) -> int:
     ]
     path.parent.mkdir(parents=True, exist_ok=True)
     return write_landscape(path, points)
+
+
+def next_steps(record: StudyRecord) -> list[str]:
+    """The commands to run after a study run: look at the report, take the recommendation."""
+    resolved = ResolvedStudy.from_json(record.resolved_json)
+    alias = record.model_alias or record.model
+    lines = [f"next: autotune report {record.name} --html {record.name}.html"]
+    lines += [
+        f"      autotune recommend --model {alias} --workload {w} --explain"
+        for w in resolved.spec.workloads
+    ]
+    return lines
+
+
+@dataclass(frozen=True)
+class CatalogMethod:
+    """One method of a catalog model, with the N range autotune searches for it."""
+
+    alias: str
+    model: str
+    tensor_parallel_size: dict[str, int]
+    method: str | None
+    draft: str | None
+    n_max: int | None
+
+
+def catalog_methods() -> list[CatalogMethod]:
+    """Every (model, method) of the catalog with its N bound: the smaller of the catalog's
+    ``n_max`` and what the method's rules allow for that model."""
+    from autotune.spec.catalog import load_catalog
+    from autotune.spec.methods import RuleContext, max_n
+
+    out = []
+    for alias, entry in load_catalog().models.items():
+        tp = dict(entry.tensor_parallel_size)
+        if not entry.methods:
+            out.append(CatalogMethod(alias, entry.model, tp, None, None, None))
+        for method, m in entry.methods.items():
+            ctx = RuleContext(
+                mtp_layers=entry.mtp_layers,
+                block_size=m.block_size,
+                mla_attention=entry.mla_attention,
+            )
+            hi = min(m.n_max or max_n(method, ctx), max_n(method, ctx))
+            out.append(CatalogMethod(alias, entry.model, tp, method, m.draft, hi))
+    return out
+
+
+@dataclass(frozen=True)
+class WorkloadView:
+    """A workload as `autotune workload show` prints it."""
+
+    spec: Any
+    path: Path
+    prepared: Any
+    tokenizer_name: str
+    stats: dict[str, Any]
+
+
+def show_workload(name: str, tokenizer: str | None = None) -> WorkloadView:
+    """A workload's prompts and token statistics, counted with ``tokenizer`` (HF id, path or
+    ``tiny:NAME``) or, by default, the byte-level BPE of autotune's tiny CPU model."""
+    from autotune.datasets import prepare, token_stats
+    from autotune.spec.loader import load_workload
+
+    spec, path = load_workload(name)
+    prepared = prepare(spec, Path(path).parent)
+    tok_name = tokenizer or "autotune's tiny BPE; --tokenizer MODEL for your model's"
+    tok = _load_tokenizer(tokenizer) if tokenizer else _default_tokenizer()
+    stats = token_stats(list(prepared.prompts), tok)
+    return WorkloadView(spec, Path(path), prepared, tok_name, stats)
+
+
+def _default_tokenizer() -> Any:
+    """The tiny CPU model's tokenizer, through the hook :mod:`autotune.testing` installs; None
+    (characters are counted instead) where that package is not importable."""
+    from autotune.engine import default_tokenizer
+
+    return default_tokenizer()
+
+
+def _load_tokenizer(name: str) -> Any:
+    """A tokenizer with ``encode``; ``tiny:NAME`` resolves through the engine's model hooks."""
+    try:
+        from transformers import AutoTokenizer
+    except ImportError:
+        return None
+    from autotune.engine import resolve_model
+
+    name = resolve_model(name)
+    try:
+        return AutoTokenizer.from_pretrained(name)
+    except Exception as exc:
+        raise SpecError(
+            f"cannot load tokenizer: {str(exc).splitlines()[0]}", source="--tokenizer"
+        ) from None
