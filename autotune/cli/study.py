@@ -354,7 +354,11 @@ def _run(
     from autotune import api
     from autotune.cli.progress import make_reporter
 
-    if not verbose:
+    if verbose:
+        import os
+
+        os.environ["VLLM_LOGGING_LEVEL"] = "INFO"
+    else:
         quiet_libraries()
     store = ctx.store()
     record = store.get_study(name)
