@@ -151,3 +151,44 @@ def test_delete_without_a_terminal_needs_yes(study):
 def test_missing_study_names_the_store(study, db_path: Path):
     result = study("report", "nope")
     assert result.exit_code == 2 and str(db_path) in result.stderr
+
+
+def test_all_spec_errors_at_once_with_did_you_mean(autotune, tmp_path: Path, db_path: Path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        "name: bad\nmodel: {name: tiny}\nworkloads: [code]\nconcurency: [1, 4]\n"
+        "sampler: modle\nmethods:\n  - method: ngram\n    num_speculative_token: {min: 1, max: 3}\n"
+    )
+    result = autotune("study", "create", str(bad))
+    assert result.exit_code == 2 and not db_path.exists()
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 3 and all(str(bad) in line for line in lines)
+    assert "did you mean 'concurrency'?" in result.stderr
+    assert "did you mean 'num_speculative_tokens'?" in result.stderr
+    assert "did you mean 'model'?" in result.stderr
+
+
+def test_reporters_follow_the_plan():
+    import io
+
+    from rich.console import Console
+
+    from autotune.cli.progress import LineReporter, RichReporter
+    from autotune.engine import EngineConfig
+
+    cfg = EngineConfig(model="tiny:llama", method="ngram", num_speculative_tokens=2)
+    out = io.StringIO()
+    line = LineReporter(out)
+    line.begin(15, 0)
+    line.planned(10)
+    line.trial_finished(cfg, 321.0, None, "ngram N=2")
+    assert out.getvalue().splitlines()[-1].startswith("[1/10] done   ngram N=2: 321.0 tok/s")
+    con = Console(file=io.StringIO(), force_terminal=True, width=120)
+    bar = RichReporter(con)
+    bar.begin(15, 0)
+    bar.planned(12)
+    bar.trial_started(cfg)
+    bar.trial_finished(cfg, 321.0, None, "ngram N=2")
+    bar.end()  # the strategy stopped after one config: the bar ends full
+    task = bar.progress.tasks[0]
+    assert task.completed == task.total == 1

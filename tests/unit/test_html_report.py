@@ -89,7 +89,7 @@ def test_answer_on_first_screen_and_figures_resize(report):
     }
     wide = _open(page, 1280, 900)
     top, bottom, _ = wide["answer"]
-    assert 0 < top and bottom <= wide["height"], "the answer is not on the first screen"
+    assert top > 0 and bottom <= wide["height"], "the answer is not on the first screen"
     shown = {(w, c): config for w, c, config in wide["rows"]}
     assert shown == best  # one row per workload × concurrency, the recommended config
     assert len(wide["figures"]) == 3 and all(w > 300 for _, _, w in wide["figures"])
