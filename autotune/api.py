@@ -388,3 +388,86 @@ def _load_tokenizer(name: str) -> Any:
         raise SpecError(
             f"cannot load tokenizer: {str(exc).splitlines()[0]}", source="--tokenizer"
         ) from None
+
+
+def space_size(resolved: ResolvedStudy) -> int:
+    """How many engine configs a study's search space holds."""
+    from autotune.search.space import SearchSpace
+
+    return len(SearchSpace(resolved))
+
+
+@dataclass(frozen=True)
+class StudyReport:
+    """What `autotune report` shows and wrote: the measurements, their summary, the files."""
+
+    frame: Any  # pandas.DataFrame, one row per measurement
+    summary: Any  # pandas.DataFrame, one row per config × cell
+    written: list[Path]
+
+
+def report_study(
+    store: Store,
+    name: str,
+    *,
+    html: Path | None = None,
+    png_dir: Path | None = None,
+    csv: Path | None = None,
+    parquet: Path | None = None,
+) -> StudyReport:
+    """A study's measurements and summary frames, writing the files asked for; refuses (before
+    writing anything) when Parquet support is missing or nothing was measured yet."""
+    from autotune.report import (
+        measurements_frame,
+        plot_png,
+        require_parquet,
+        summary_frame,
+        write_csv,
+        write_html,
+        write_parquet,
+    )
+
+    if parquet is not None:
+        require_parquet()
+    df = measurements_frame(store, name)
+    if df.empty:
+        raise NoResultError(
+            f"study {name!r} in {store.url} has no measurements yet (autotune study run {name})"
+        )
+    written: list[Path] = []
+    if csv is not None:
+        written.append(write_csv(df, csv))
+    if parquet is not None:
+        written.append(write_parquet(df, parquet))
+    if png_dir is not None:
+        written.extend(plot_png(df, png_dir))
+    if html is not None:
+        written.append(write_html(df, html))
+    return StudyReport(df, summary_frame(df), written)
+
+
+def catalog_json() -> dict[str, Any]:
+    """The model catalog as JSON-ready data, by alias."""
+    from autotune.spec.catalog import load_catalog
+
+    return {alias: e.model_dump(mode="json") for alias, e in load_catalog().models.items()}
+
+
+def list_workloads() -> list[dict[str, Any]]:
+    """The workloads autotune can find, with where each was found."""
+    from autotune.spec.loader import list_workload_names, load_workload
+
+    rows: list[dict[str, Any]] = []
+    for name in list_workload_names():
+        spec, path = load_workload(name)
+        rows.append(
+            {
+                "name": spec.name,
+                "kind": spec.source.kind,
+                "num_prompts": spec.num_prompts,
+                "max_tokens": spec.max_tokens,
+                "description": spec.description,
+                "path": str(path),
+            }
+        )
+    return rows

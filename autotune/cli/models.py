@@ -20,10 +20,7 @@ def models(as_json: bool, fmt: str) -> None:
     from autotune import api
 
     if as_json or fmt == "json":
-        from autotune.spec.catalog import load_catalog
-
-        catalog = load_catalog()
-        echo_json({alias: e.model_dump(mode="json") for alias, e in catalog.models.items()})
+        echo_json(api.catalog_json())
         return
     from autotune.tables import Column, TextTable
 

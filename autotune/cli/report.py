@@ -72,39 +72,18 @@ def report(
       autotune report tiny-cpu
       autotune report tiny-cpu --png plots/ --html report.html --csv tiny-cpu.csv
     """
-    from autotune.errors import NoResultError
-    from autotune.report import (
-        measurements_frame,
-        plot_png,
-        provenance,
-        require_parquet,
-        summary_frame,
-        summary_table,
-        write_csv,
-        write_html,
-        write_parquet,
+    from autotune import api
+    from autotune.report import provenance, summary_table
+
+    rep = api.report_study(
+        ctx.store(),
+        study_name,
+        html=html_path,
+        png_dir=png_dir,
+        csv=csv_path,
+        parquet=parquet_path,
     )
-
-    if parquet_path is not None:
-        require_parquet()  # before anything is written
-    store = ctx.store()
-    df = measurements_frame(store, study_name)
-    if df.empty:
-        raise NoResultError(
-            f"study {study_name!r} in {store.url} has no measurements yet "
-            f"(autotune study run {study_name})"
-        )
-    summary = summary_frame(df)
-    written: list[Path] = []
-    if csv_path is not None:
-        written.append(write_csv(df, csv_path))
-    if parquet_path is not None:
-        written.append(write_parquet(df, parquet_path))
-    if png_dir is not None:
-        written.extend(plot_png(df, png_dir))
-    if html_path is not None:
-        written.append(write_html(df, html_path))
-
+    df, summary, written = rep.frame, rep.summary, rep.written
     if as_json or fmt == "json":
         echo_json(
             {

@@ -117,9 +117,7 @@ def create(
         return
     for warning in created.resolved.warnings:
         click.echo(f"warning: {warning}", err=True)
-    from autotune.search.space import SearchSpace
-
-    n = len(SearchSpace(created.resolved))
+    n = api.space_size(created.resolved)
     click.echo(
         f"created study {created.study.name!r} ({created.resolved.model}, "
         f"{n} engine configs, workloads {', '.join(created.resolved.spec.workloads)}) in {store.url}"
@@ -197,7 +195,6 @@ def show(ctx: Context, name: str, as_json: bool, fmt: str) -> None:
       autotune study show tiny-cpu
     """
     from autotune import api
-    from autotune.search.space import SearchSpace
 
     record, resolved, trials = api.get_study(ctx.store(), name)
     if as_json or fmt == "json":
@@ -233,7 +230,7 @@ def show(ctx: Context, name: str, as_json: bool, fmt: str) -> None:
     click.echo(f"workloads    {', '.join(spec.workloads)}")
     click.echo(f"concurrency  {', '.join(map(str, spec.concurrency))}")
     click.echo(f"repeats      {spec.repeats}   sampler {spec.sampler}   engine {spec.engine.kind}")
-    click.echo(f"space        {len(SearchSpace(resolved))} engine configs\n")
+    click.echo(f"space        {api.space_size(resolved)} engine configs\n")
     methods = TextTable(
         [Column("method", "id"), Column("draft", "id"), Column("N", "number"), Column("params")],
         title="methods",

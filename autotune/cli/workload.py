@@ -31,21 +31,9 @@ def list_(as_json: bool, fmt: str) -> None:
     Example:
       autotune workload list --json
     """
-    from autotune.spec.loader import list_workload_names, load_workload
+    from autotune import api
 
-    rows: list[dict[str, Any]] = []
-    for name in list_workload_names():
-        spec, path = load_workload(name)
-        rows.append(
-            {
-                "name": spec.name,
-                "kind": spec.source.kind,
-                "num_prompts": spec.num_prompts,
-                "max_tokens": spec.max_tokens,
-                "description": spec.description,
-                "path": str(path),
-            }
-        )
+    rows = api.list_workloads()
     if as_json or fmt == "json":
         echo_json(rows)
         return
