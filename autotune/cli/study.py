@@ -391,8 +391,27 @@ def quiet_libraries() -> None:
     warnings.filterwarnings("ignore")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    for name in ("ray", "transformers", "vllm", "torch", "triton", "optuna", "urllib3"):
+    for name in ("transformers", "vllm", "torch", "triton", "optuna", "urllib3"):
         logging.getLogger(name).setLevel(logging.ERROR)
+    # ray.init() resets the "ray" logger's level and handlers, so a level set here would not
+    # hold; a filter on the loggers that print its start-up and token-authentication notices
+    # does (a logger's own filters run before any handler).
+    for name in (
+        "ray",
+        "ray._private.worker",
+        "ray._private.services",
+        "ray._private.authentication.authentication_token_setup",
+    ):
+        logger = logging.getLogger(name)
+        if _errors_only not in logger.filters:
+            logger.addFilter(_errors_only)
+
+
+def _errors_only(record: Any) -> bool:
+    """A logging filter: let errors through, drop notices."""
+    import logging
+
+    return bool(record.levelno >= logging.ERROR)
 
 
 @study.command("run")
@@ -414,6 +433,10 @@ def run(
     Each engine config starts one vLLM engine in a Ray actor, which measures every
     workload × concurrency × repeat warm before it is torn down. Measurements are stored as
     they arrive; an engine that fails becomes a failed trial with its reason.
+
+    Progress goes to stderr (a bar on a terminal, one line per finished engine config
+    otherwise); the summary goes to stdout; Ray's and the libraries' notices only with
+    --verbose.
 
     \b
     Example:
