@@ -66,8 +66,11 @@ if (table) {
   }));
   document.getElementById('filter').addEventListener('input', (e) => {
     const words = e.target.value.toLowerCase().split(/\\s+/).filter(Boolean);
-    Array.from(body.rows).forEach(r => { const t = r.textContent.toLowerCase();
-      r.style.display = words.every(w => t.includes(w)) ? '' : 'none'; });
+    // whole words of cells ("code 8": workload code at concurrency 8, not any 8 in a number)
+    Array.from(body.rows).forEach(r => {
+      const cells = new Set(Array.from(r.cells).flatMap(
+        c => c.textContent.toLowerCase().split(/[\\s=]+/)));
+      r.style.display = words.every(w => cells.has(w)) ? '' : 'none'; });
   });
 }
 """
@@ -99,7 +102,7 @@ def write_html(df: pd.DataFrame, path: Path | str, renderer: Renderer = "auto") 
         _answer_html(summary, str(df.attrs.get("model") or figs.title)),
         *sections,
         '<h2 id="all">Every config at every level</h2>',
-        '<input id="filter" type="search" placeholder="filter rows, e.g. code 8 ngram">',
+        '<input id="filter" type="search" placeholder="filter: whole words, e.g. code 8 ngram">',
         _summary_html(summary),
     ]
     page = (

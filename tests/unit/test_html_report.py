@@ -27,6 +27,15 @@ document.getElementById('probe').textContent = JSON.stringify({
   rows: Array.from(document.querySelectorAll('table.answer tbody tr')).map(
     r => Array.from(r.cells).slice(0, 3).map(c => c.textContent)),
   figures: Array.from(document.querySelectorAll('figure svg')).map(box),
+  all: document.querySelectorAll('table.summary tbody tr').length,
+  filtered: (() => { const f = document.getElementById('filter'); f.value = 'code 8';
+    f.dispatchEvent(new Event('input'));
+    return Array.from(document.querySelectorAll('table.summary tbody tr'))
+      .filter(r => r.style.display !== 'none').map(r => r.cells[0].textContent + ' ' +
+        r.cells[1].textContent); })(),
+  sorted: (() => { document.querySelectorAll('table.summary th')[3].click();
+    return Array.from(document.querySelectorAll('table.summary tbody tr'))
+      .map(r => parseFloat(r.cells[3].textContent.replace(/,/g, ''))); })(),
 });
 </script></body>"""
 
@@ -93,6 +102,10 @@ def test_answer_on_first_screen_and_figures_resize(report):
     shown = {(w, c): config for w, c, config in wide["rows"]}
     assert shown == best  # one row per workload × concurrency, the recommended config
     assert len(wide["figures"]) == 3 and all(w > 300 for _, _, w in wide["figures"])
+    # the full table filters and sorts in the page, offline
+    code8 = len(summary[(summary["workload"] == "code") & (summary["concurrency"] == 8)])
+    assert wide["all"] == len(summary) and wide["filtered"] == ["code 8"] * code8
+    assert wide["sorted"] == sorted(wide["sorted"]) and len(wide["sorted"]) == len(summary)
     narrow = _open(page, 800, 900)
     assert all(w <= narrow["width"] for _, _, w in narrow["figures"])
     assert narrow["figures"][0][2] < wide["figures"][0][2]  # figures follow the window
