@@ -61,11 +61,9 @@ cli.add_command(bench)
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``autotune`` console script."""
-    import os
+    from autotune.cli._common import quiet_vllm_imports
 
-    # vLLM's import-time notices (e.g. "Triton is installed, but ...") are not for the reader
-    # of `check` or `recommend`; `study run --verbose` turns the engines' logs back on.
-    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+    quiet_vllm_imports()
     sys.exit(report_errors(cli, argv))
 
 

@@ -74,6 +74,30 @@ def stderr_is_terminal() -> bool:
     return sys.stderr.isatty()
 
 
+_VLLM_LOG_ENV = "VLLM_LOGGING_LEVEL"
+_set_vllm_log: list[bool] = []
+
+
+def quiet_vllm_imports() -> None:
+    """vLLM's import-time notices (e.g. "Triton is installed, but ...") are not for the reader
+    of `check` or `recommend`: log only errors, unless the user chose a level."""
+    import os
+
+    if _VLLM_LOG_ENV not in os.environ:
+        os.environ[_VLLM_LOG_ENV] = "ERROR"
+        _set_vllm_log[:] = [True]
+
+
+def engine_logging_as_user_set() -> None:
+    """Before engines start: give them the log level the user had (their failure reasons are
+    read from their stderr), not the one :func:`quiet_vllm_imports` chose for this process."""
+    import os
+
+    if _set_vllm_log:
+        os.environ.pop(_VLLM_LOG_ENV, None)
+        _set_vllm_log.clear()
+
+
 def report_errors(cli: click.Command, argv: list[str] | None) -> int:
     """Run the CLI; autotune errors become one line on stderr and their exit code."""
     try:

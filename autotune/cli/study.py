@@ -12,6 +12,7 @@ from autotune.cli._common import (
     confirm_destructive,
     echo_json,
     emit_table,
+    engine_logging_as_user_set,
     json_option,
     note,
     pass_ctx,
@@ -221,16 +222,19 @@ def show(ctx: Context, name: str, as_json: bool, fmt: str) -> None:
     from autotune.tables import Column, TextTable
 
     spec = resolved.spec
-    click.echo(f"{record.name}  {record.status}  ({record.source})")
-    if spec.description:
-        click.echo(spec.description)
-    click.echo(
-        f"model        {resolved.model}  (tensor_parallel_size={resolved.tensor_parallel_size})"
-    )
-    click.echo(f"workloads    {', '.join(spec.workloads)}")
-    click.echo(f"concurrency  {', '.join(map(str, spec.concurrency))}")
-    click.echo(f"repeats      {spec.repeats}   sampler {spec.sampler}   engine {spec.engine.kind}")
-    click.echo(f"space        {api.space_size(resolved)} engine configs\n")
+    if fmt != "tsv":  # TSV: only the tables, for tools
+        for line in (
+            f"{record.name}  {record.status}  ({record.source})",
+            spec.description or None,
+            f"model        {resolved.model}  "
+            f"(tensor_parallel_size={resolved.tensor_parallel_size})",
+            f"workloads    {', '.join(spec.workloads)}",
+            f"concurrency  {', '.join(map(str, spec.concurrency))}",
+            f"repeats      {spec.repeats}   sampler {spec.sampler}   engine {spec.engine.kind}",
+            f"space        {api.space_size(resolved)} engine configs\n",
+        ):
+            if line is not None:
+                click.echo(line)
     methods = TextTable(
         [Column("method", "id"), Column("draft", "id"), Column("N", "number"), Column("params")],
         title="methods",
@@ -351,11 +355,8 @@ def _run(
     from autotune import api
     from autotune.cli.progress import make_reporter
 
-    if verbose:
-        import os
-
-        os.environ["VLLM_LOGGING_LEVEL"] = "INFO"
-    else:
+    engine_logging_as_user_set()
+    if not verbose:
         quiet_libraries()
     store = ctx.store()
     record = store.get_study(name)
