@@ -35,8 +35,11 @@ table { border-collapse: collapse; font-size: 0.85em; }
 th, td { padding: 3px 8px; border-bottom: 1px solid #ddd; text-align: right; }
 th { background: #f3f3f3; }
 td.t, th.t { text-align: left; }
-table.answer td { font-size: 1.05em; white-space: nowrap; }
-table.answer td:last-child { white-space: normal; }
+div.scroll { overflow-x: auto; max-width: 100%; }
+table.answer { width: 100%; }
+table.answer td { font-size: 1.05em; }
+table.answer td.w { white-space: nowrap; }
+table.answer td:last-child code { word-break: break-all; }
 table.answer code { font-size: 0.9em; background: #f6f6f6; padding: 1px 4px; }
 table.summary th { cursor: pointer; user-select: none; }
 tr.recommended td { font-weight: bold; background: #eef6ee; }
@@ -99,7 +102,8 @@ def write_html(df: pd.DataFrame, path: Path | str, renderer: Renderer = "auto") 
         f"<h1>{html.escape(title)}</h1>",
         f'<p class="note">{html.escape(provenance(df))}</p>',
         '<h2 id="answer">What to deploy</h2>',
-        _answer_html(summary, str(df.attrs.get("model") or figs.title)),
+        # the model as vLLM takes it (the HF id), not the catalog alias the title uses
+        _answer_html(summary, str(df["model"].iloc[0] if "model" in df else figs.title)),
         *sections,
         '<h2 id="all">Every config at every level</h2>',
         '<input id="filter" type="search" placeholder="filter: whole words, e.g. code 8 ngram">',
@@ -151,11 +155,11 @@ def _answer_html(summary: pd.DataFrame, model: str) -> str:
             else f"spread {best['spread_pct']:.1f}% over {best['repeats']}"
         )
         cells = [
-            f'<td class="t">{html.escape(str(workload))}</td>',
-            f"<td>{concurrency}</td>",
-            f'<td class="t"><b>{html.escape(str(best["config"]))}</b></td>',
-            f"<td>{speedup}</td>",
-            f"<td>{'-' if pd.isna(al) else f'{al:.2f}'}</td>",
+            f'<td class="t w">{html.escape(str(workload))}</td>',
+            f'<td class="w">{concurrency}</td>',
+            f'<td class="t w"><b>{html.escape(str(best["config"]))}</b></td>',
+            f'<td class="w">{speedup}</td>',
+            f'<td class="w">{"-" if pd.isna(al) else f"{al:.2f}"}</td>',
             f'<td class="t">{html.escape(margin)}</td>',
             f'<td class="t">{noise}</td>',
             f'<td class="t"><code>{html.escape(line)}</code><button class="copy" '
@@ -169,9 +173,9 @@ def _answer_html(summary: pd.DataFrame, model: str) -> str:
         "acceptance length; margin: robust score over the runner-up's."
     )
     return (
-        f'<table class="answer"><thead><tr>{ths}</tr></thead><tbody>'
+        f'<div class="scroll"><table class="answer"><thead><tr>{ths}</tr></thead><tbody>'
         + "".join(rows)
-        + f'</tbody></table><p class="note">{html.escape(note)}</p>'
+        + f'</tbody></table></div><p class="note">{html.escape(note)}</p>'
     )
 
 
@@ -222,9 +226,9 @@ def _summary_html(summary: pd.DataFrame) -> str:
         f"{summary.attrs.get('max_spread_pct', 10.0):g}%. AL: mean acceptance length."
     )
     return (
-        f'<table class="summary"><thead><tr>{ths}</tr></thead><tbody>'
+        f'<div class="scroll"><table class="summary"><thead><tr>{ths}</tr></thead><tbody>'
         + "".join(rows)
-        + f'</tbody></table><p class="note">{html.escape(note)}</p>'
+        + f'</tbody></table></div><p class="note">{html.escape(note)}</p>'
     )
 
 

@@ -23,6 +23,7 @@ PROBE = """<pre id="probe"></pre><script>
 const box = (el) => { const r = el.getBoundingClientRect(); return [r.top, r.bottom, r.width]; };
 document.getElementById('probe').textContent = JSON.stringify({
   height: window.innerHeight, width: window.innerWidth,
+  scroll: document.documentElement.scrollWidth,
   answer: box(document.querySelector('table.answer')),
   rows: Array.from(document.querySelectorAll('table.answer tbody tr')).map(
     r => Array.from(r.cells).slice(0, 3).map(c => c.textContent)),
@@ -99,6 +100,7 @@ def test_answer_on_first_screen_and_figures_resize(report):
     wide = _open(page, 1280, 900)
     top, bottom, _ = wide["answer"]
     assert top > 0 and bottom <= wide["height"], "the answer is not on the first screen"
+    assert wide["scroll"] <= wide["width"], "the page is wider than the window"
     shown = {(w, c): config for w, c, config in wide["rows"]}
     assert shown == best  # one row per workload × concurrency, the recommended config
     assert len(wide["figures"]) == 3 and all(w > 300 for _, _, w in wide["figures"])
@@ -108,4 +110,5 @@ def test_answer_on_first_screen_and_figures_resize(report):
     assert wide["sorted"] == sorted(wide["sorted"]) and len(wide["sorted"]) == len(summary)
     narrow = _open(page, 800, 900)
     assert all(w <= narrow["width"] for _, _, w in narrow["figures"])
+    assert narrow["scroll"] <= narrow["width"]
     assert narrow["figures"][0][2] < wide["figures"][0][2]  # figures follow the window
