@@ -1,7 +1,9 @@
-# autotune — the targets a newcomer would guess. `make install && make test` is all CI runs.
+# autotune — the targets a newcomer would guess. On a fresh clone `make test` or `make demo` alone
+# installs first (the venv stamp re-runs `make install` whenever setup.cfg or setup.py changes).
 VENV        ?= .venv
 PYTHON      ?= python3
 PY          := $(VENV)/bin/python
+STAMP       := $(VENV)/.stamp
 AUTOTUNE    := $(VENV)/bin/autotune
 PYTEST_ARGS ?=
 MODEL       ?= tiny
@@ -21,6 +23,12 @@ help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
 
 install:  ## create .venv and install autotune with the vLLM build for this machine
+	@rm -f $(STAMP)
+	@$(MAKE) --no-print-directory $(STAMP)
+
+# The real install; a target of its own so that test/demo/lint depend on it and it runs only when
+# the venv is missing or the package metadata changed since it last ran.
+$(STAMP): setup.cfg setup.py
 	@echo "autotune: installing for accelerator '$(ACCEL)'"
 ifeq ($(ACCEL),rocm)
 	$(PYTHON) -m venv --system-site-packages $(VENV)
@@ -38,43 +46,44 @@ else
 	$(PY) -m pip uninstall -q -y torchvision torchaudio torchcodec || true
 endif
 	$(AUTOTUNE) --version
+	@touch $(STAMP)
 
-test:  ## unit tests, then integration tests on the real vLLM engine (CPU build where no GPU)
+test: $(STAMP)  ## unit tests, then integration tests on the real vLLM engine (CPU build where no GPU)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-test-unit:  ## the fast loop: unit tests without the vLLM engine or the tiny models' training
+test-unit: $(STAMP)  ## the fast loop: unit tests without the vLLM engine or the tiny models' training
 	$(PY) -m pytest -m "not integration and not models" $(PYTEST_ARGS)
 
-test-integration:  ## integration tests only (real vLLM engine in Ray actors)
+test-integration: $(STAMP)  ## integration tests only (real vLLM engine in Ray actors)
 	$(PY) -m pytest -m integration $(PYTEST_ARGS)
 
-lint:  ## ruff (lint + format check) and mypy
+lint: $(STAMP)  ## ruff (lint + format check) and mypy
 	$(VENV)/bin/ruff check autotune tests
 	$(VENV)/bin/ruff format --check autotune tests
 	$(VENV)/bin/mypy autotune
 
-format:  ## apply ruff's formatter and autofixes
+format: $(STAMP)  ## apply ruff's formatter and autofixes
 	$(VENV)/bin/ruff format autotune tests
 	$(VENV)/bin/ruff check --fix autotune tests
 
-demo:  ## run studies/tiny-cpu.yaml end to end on the real vLLM CPU engine and print the recommendation
+demo: $(STAMP)  ## run studies/tiny-cpu.yaml end to end on the real vLLM CPU engine and print the recommendation
 	$(AUTOTUNE) --db sqlite:///studies/demo.db study create studies/tiny-cpu.yaml --replace
 	$(AUTOTUNE) --db sqlite:///studies/demo.db study run tiny-cpu
 	$(AUTOTUNE) --db sqlite:///studies/demo.db recommend --model tiny --workload code --explain
 
-bench-search:  ## every landscape in bench/landscapes x every search strategy x 3 seeds, as one table
+bench-search: $(STAMP)  ## every landscape in bench/landscapes x every search strategy x 3 seeds, as one table
 	$(PY) bench/search_all.py --seeds 3
 
-bench-stress:  ## model vs tpe vs grid on 12 random landscapes nobody tuned the search on
+bench-stress: $(STAMP)  ## model vs tpe vs grid on 12 random landscapes nobody tuned the search on
 	$(PY) bench/stress.py --count 12 --seeds 2
 
-bench-cli:  ## wall time of the read-only commands (recommend, check, study list/show, report) beside `import autotune`
+bench-cli: $(STAMP)  ## wall time of the read-only commands (recommend, check, study list/show, report) beside `import autotune`
 	$(PY) bench/cli_time.py
 
-recommend:  ## print the recommended --speculative-config: make recommend MODEL=kimi WORKLOAD=code
+recommend: $(STAMP)  ## print the recommended --speculative-config: make recommend MODEL=kimi WORKLOAD=code
 	$(AUTOTUNE) recommend --model $(MODEL) --workload $(WORKLOAD)
 
-check:  ## CI gate: is the deployed config still the best? make check MODEL=kimi WORKLOAD=code CONFIG=deployed.json
+check: $(STAMP)  ## CI gate: is the deployed config still the best? make check MODEL=kimi WORKLOAD=code CONFIG=deployed.json
 	$(AUTOTUNE) check --model $(MODEL) --workload $(WORKLOAD) --config $(CONFIG)
 
 clean:  ## remove caches and build outputs (keeps .venv and the study store)

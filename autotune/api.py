@@ -514,3 +514,190 @@ def export_landscape(store: Store, study: str, path: Path) -> int:
     ]
     path.parent.mkdir(parents=True, exist_ok=True)
     return write_landscape(path, points)
+
+
+def next_steps(record: StudyRecord) -> list[str]:
+    """The commands to run after a study run: look at the report, take the recommendation."""
+    resolved = ResolvedStudy.from_json(record.resolved_json)
+    alias = record.model_alias or record.model
+    lines = [f"next: autotune report {record.name} --html {record.name}.html"]
+    lines += [
+        f"      autotune recommend --model {alias} --workload {w} --explain"
+        for w in resolved.spec.workloads
+    ]
+    return lines
+
+
+@dataclass(frozen=True)
+class CatalogMethod:
+    """One method of a catalog model, with the N range autotune searches for it."""
+
+    alias: str
+    model: str
+    tensor_parallel_size: dict[str, int]
+    method: str | None
+    draft: str | None
+    n_max: int | None
+    """None: no method, or a DSpark draft whose N is its trained block (read from its config)."""
+
+
+def catalog_methods() -> list[CatalogMethod]:
+    """Every (model, method) of the catalog with its N bound: the smaller of the catalog's
+    ``n_max`` and what the method's rules allow for that model."""
+    from autotune.spec.catalog import load_catalog
+    from autotune.spec.methods import RuleContext, max_n
+
+    out = []
+    for alias, entry in load_catalog().models.items():
+        tp = dict(entry.tensor_parallel_size)
+        if not entry.methods:
+            out.append(CatalogMethod(alias, entry.model, tp, None, None, None))
+        for method, m in entry.methods.items():
+            ctx = RuleContext(
+                mtp_layers=entry.mtp_layers,
+                block_size=m.block_size,
+                mla_attention=entry.mla_attention,
+            )
+            hi: int | None = min(m.n_max or max_n(method, ctx), max_n(method, ctx))
+            if method == "dspark" and m.block_size is None:
+                hi = None
+            out.append(CatalogMethod(alias, entry.model, tp, method, m.draft, hi))
+    return out
+
+
+@dataclass(frozen=True)
+class WorkloadView:
+    """A workload as `autotune workload show` prints it."""
+
+    spec: Any
+    path: Path
+    prepared: Any
+    tokenizer_name: str
+    stats: dict[str, Any]
+    origin: Any
+    """Where the prompts come from (:func:`autotune.datasets.provenance`)."""
+
+
+def show_workload(name: str, tokenizer: str | None = None) -> WorkloadView:
+    """A workload's prompts and token statistics, counted with ``tokenizer`` (HF id, path or
+    ``tiny:NAME``) or, by default, the byte-level BPE of autotune's tiny CPU model."""
+    from autotune.datasets import prepare, provenance, token_stats
+    from autotune.spec.loader import load_workload
+
+    spec, path = load_workload(name)
+    prepared = prepare(spec, Path(path).parent)
+    tok_name = tokenizer or "autotune's tiny BPE; --tokenizer MODEL for your model's"
+    tok = _load_tokenizer(tokenizer) if tokenizer else _default_tokenizer()
+    stats = token_stats(list(prepared.prompts), tok)
+    return WorkloadView(spec, Path(path), prepared, tok_name, stats, provenance(spec))
+
+
+def _default_tokenizer() -> Any:
+    """The tiny CPU model's tokenizer, through the hook :mod:`autotune.testing` installs; None
+    (characters are counted instead) where that package is not importable."""
+    from autotune.engine import default_tokenizer
+
+    return default_tokenizer()
+
+
+def _load_tokenizer(name: str) -> Any:
+    """A tokenizer with ``encode``; ``tiny:NAME`` resolves through the engine's model hooks."""
+    try:
+        from transformers import AutoTokenizer
+    except ImportError:
+        return None
+    from autotune.engine import resolve_model
+
+    name = resolve_model(name)
+    try:
+        return AutoTokenizer.from_pretrained(name)
+    except Exception as exc:
+        raise SpecError(
+            f"cannot load tokenizer: {str(exc).splitlines()[0]}", source="--tokenizer"
+        ) from None
+
+
+def space_size(resolved: ResolvedStudy) -> int:
+    """How many engine configs a study's search space holds."""
+    from autotune.search.space import SearchSpace
+
+    return len(SearchSpace(resolved))
+
+
+@dataclass(frozen=True)
+class StudyReport:
+    """What `autotune report` shows and wrote: the measurements, their summary, the files."""
+
+    frame: Any  # pandas.DataFrame, one row per measurement
+    summary: Any  # pandas.DataFrame, one row per config × cell
+    written: list[Path]
+
+
+def report_study(
+    store: Store,
+    name: str,
+    *,
+    html: Path | None = None,
+    png_dir: Path | None = None,
+    csv: Path | None = None,
+    parquet: Path | None = None,
+) -> StudyReport:
+    """A study's measurements and summary frames, writing the files asked for; refuses (before
+    writing anything) when Parquet support is missing or nothing was measured yet."""
+    from autotune.report import (
+        measurements_frame,
+        plot_png,
+        require_parquet,
+        summary_frame,
+        write_csv,
+        write_html,
+        write_parquet,
+    )
+
+    if parquet is not None:
+        require_parquet()
+    df = measurements_frame(store, name)
+    if df.empty:
+        raise NoResultError(
+            f"study {name!r} in {store.url} has no measurements yet (autotune study run {name})"
+        )
+    written: list[Path] = []
+    if csv is not None:
+        written.append(write_csv(df, csv))
+    if parquet is not None:
+        written.append(write_parquet(df, parquet))
+    if png_dir is not None:
+        written.extend(plot_png(df, png_dir))
+    if html is not None:
+        written.append(write_html(df, html))
+    return StudyReport(df, summary_frame(df), written)
+
+
+def catalog_json() -> dict[str, Any]:
+    """The model catalog as JSON-ready data, by alias."""
+    from autotune.spec.catalog import load_catalog
+
+    return {alias: e.model_dump(mode="json") for alias, e in load_catalog().models.items()}
+
+
+def list_workloads() -> list[dict[str, Any]]:
+    """The workloads autotune can find, with where each was found and whether its prompts are
+    a real dataset, generated, or a file's."""
+    from autotune.datasets import provenance
+    from autotune.spec.loader import list_workload_names, load_workload
+
+    rows: list[dict[str, Any]] = []
+    for name in list_workload_names():
+        spec, path = load_workload(name)
+        rows.append(
+            {
+                "name": spec.name,
+                "kind": spec.source.kind,
+                "data": provenance(spec).label(),
+                "num_prompts": spec.num_prompts,
+                "max_tokens": spec.max_tokens,
+                "description": spec.description,
+                "path": str(path),
+            }
+        )
+    return rows

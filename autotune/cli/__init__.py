@@ -61,6 +61,9 @@ cli.add_command(bench)
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``autotune`` console script."""
+    from autotune.cli._common import quiet_vllm_imports
+
+    quiet_vllm_imports()
     sys.exit(report_errors(cli, argv))
 
 

@@ -1,16 +1,27 @@
-"""Shared CLI plumbing: the context object, error reporting, JSON output."""
+"""Shared CLI plumbing: the context object, error reporting, and where output goes.
+
+stdout is for results (JSON, tables, configs) and stays parseable whatever else happens; stderr is
+for people (progress, notes, warnings, explanations). Tables go through :func:`emit_table`:
+aligned plain columns when stdout is not a terminal, TSV or JSON on request, a rich table on a
+terminal only when every number and id fits whole.
+"""
 
 from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, is_dataclass
 from datetime import datetime
 from typing import Any
 
 import click
 
-from autotune.errors import AutotuneError
+from autotune.errors import AutotuneError, NoResultError, NotFoundError, SpecError, StoreError
+from autotune.tables import TextTable, fits, plain, to_rich, tsv
+
+_STORE_URL: list[str] = []
+"""The URL of the store the running command opened, for errors about a missing study."""
 
 
 @dataclass
@@ -20,7 +31,9 @@ class Context:
     def store(self) -> Any:
         from autotune.store import Store
 
-        return Store(self.db)
+        store = Store(self.db)
+        _STORE_URL[:] = [store.url]
+        return store
 
 
 pass_ctx = click.make_pass_decorator(Context)
@@ -29,13 +42,68 @@ json_option = click.option(
     "--json", "as_json", is_flag=True, help="Print JSON for machines instead of a table."
 )
 
+TABLE_FORMATS = ("table", "tsv", "json")
+
+
+def table_format_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """``--json`` and ``--format table|tsv|json``; the command receives ``fmt``."""
+
+    f = click.option(
+        "--format",
+        "fmt",
+        type=click.Choice(TABLE_FORMATS),
+        default="table",
+        show_default=True,
+        help="table: aligned columns (a rich table on a terminal); tsv: tab-separated; "
+        "json: for machines.",
+    )(f)
+    f = click.option(
+        "--json",
+        "as_json",
+        is_flag=True,
+        help="Print JSON for machines instead of a table (same as --format json).",
+    )(f)
+    return f
+
+
+def stdout_is_terminal() -> bool:
+    return sys.stdout.isatty()
+
+
+def stderr_is_terminal() -> bool:
+    return sys.stderr.isatty()
+
+
+_VLLM_LOG_ENV = "VLLM_LOGGING_LEVEL"
+_set_vllm_log: list[bool] = []
+
+
+def quiet_vllm_imports() -> None:
+    """vLLM's import-time notices (e.g. "Triton is installed, but ...") are not for the reader
+    of `check` or `recommend`: log only errors, unless the user chose a level."""
+    import os
+
+    if _VLLM_LOG_ENV not in os.environ:
+        os.environ[_VLLM_LOG_ENV] = "ERROR"
+        _set_vllm_log[:] = [True]
+
+
+def engine_logging_as_user_set() -> None:
+    """Before engines start: give them the log level the user had (their failure reasons are
+    read from their stderr), not the one :func:`quiet_vllm_imports` chose for this process."""
+    import os
+
+    if _set_vllm_log:
+        os.environ.pop(_VLLM_LOG_ENV, None)
+        _set_vllm_log.clear()
+
 
 def report_errors(cli: click.Command, argv: list[str] | None) -> int:
     """Run the CLI; autotune errors become one line on stderr and their exit code."""
     try:
         code = cli.main(args=argv, prog_name="autotune", standalone_mode=False)
     except AutotuneError as exc:
-        click.echo(f"autotune: error: {exc}", err=True)
+        click.echo(f"autotune: error: {with_store(exc)}", err=True)
         return exc.exit_code
     except click.exceptions.Abort:
         click.echo("autotune: aborted", err=True)
@@ -50,6 +118,17 @@ def report_errors(cli: click.Command, argv: list[str] | None) -> int:
     return code if isinstance(code, int) else 0
 
 
+def with_store(exc: AutotuneError) -> str:
+    """The error's message; for a missing study or an empty result, with the store it read,
+    since the usual cause is the wrong --db / AUTOTUNE_DB."""
+    msg = str(exc)
+    if isinstance(exc, NotFoundError | NoResultError | StoreError) and _STORE_URL:
+        url = _STORE_URL[0]
+        if url not in msg:
+            msg += f" (store: {url})"
+    return msg
+
+
 def _default(o: Any) -> Any:
     if isinstance(o, datetime):
         return o.isoformat()
@@ -62,7 +141,56 @@ def echo_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, default=_default))
 
 
-def console() -> Any:
+def console(*, stderr: bool = False) -> Any:
+    """A rich console on stdout (results) or stderr (notes, explanations, progress).
+
+    Off a terminal rich prints no colour codes and wraps nothing: ``soft_wrap`` keeps long lines
+    whole for a log file or a pipe.
+    """
     from rich.console import Console
 
-    return Console(file=sys.stdout, highlight=False, soft_wrap=True)
+    return Console(file=sys.stderr if stderr else sys.stdout, highlight=False, soft_wrap=True)
+
+
+def note(message: str) -> None:
+    """A line for people: stderr, so stdout stays the command's result."""
+    click.echo(message, err=True)
+
+
+def emit_table(
+    table: TextTable,
+    fmt: str = "table",
+    *,
+    stderr: bool = False,
+    terminal: bool | None = None,
+    width: int | None = None,
+) -> None:
+    """Print a table so that no number or id is ever cut.
+
+    ``fmt="tsv"``: tab-separated. Otherwise, on a terminal (``terminal`` overrides the check) a
+    rich table when every number and id fits in the terminal's ``width``, else (and whenever
+    the output is a pipe or a file) plain aligned columns.
+    """
+    stream = sys.stderr if stderr else sys.stdout
+    if fmt == "tsv":
+        click.echo(tsv(table), file=stream)
+        return
+    if terminal is None:
+        terminal = stream.isatty()
+    if terminal:
+        from rich.console import Console
+
+        con = Console(file=stream, highlight=False, width=width, force_terminal=True)
+        if fits(table, con.width):
+            con.print(to_rich(table))
+            return
+    click.echo(plain(table), file=stream)
+
+
+def confirm_destructive(question: str, yes: bool) -> None:
+    """Ask before deleting; without a terminal to ask on, demand --yes (exit 2)."""
+    if yes:
+        return
+    if not sys.stdin.isatty():
+        raise SpecError(f"no terminal to confirm on; pass --yes to {question.rstrip('?')}")
+    click.confirm(question, abort=True)

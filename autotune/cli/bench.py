@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from autotune.cli._common import console
+from autotune.cli._common import emit_table
 
 
 @click.group()
@@ -104,20 +104,25 @@ def _print_tables(
     grid_s: float,
     oracle_s: float,
 ) -> None:
-    from rich.table import Table
+    from autotune.tables import Column, TextTable
 
-    con = console()
-    runs = Table(title=f"{landscape.name}: runs (target: within {tolerance:g}% at every level)")
-    for col in (
-        "strategy",
-        "seed",
-        "engine starts",
-        "engine-s",
-        "engine-s to target",
-        "to target / grid",
-        "final regret %",
-    ):
-        runs.add_column(col, justify="left" if col == "strategy" else "right")
+    def columns(names: tuple[str, ...]) -> list[Column]:
+        return [Column(n, "id" if n == "strategy" else "number") for n in names]
+
+    runs = TextTable(
+        columns(
+            (
+                "strategy",
+                "seed",
+                "engine starts",
+                "engine-s",
+                "engine-s to target",
+                "to target / grid",
+                "final regret %",
+            )
+        ),
+        title=f"{landscape.name}: runs (target: within {tolerance:g}% at every level)",
+    )
     for r in results:
         to_target = r["engine_seconds_to_target"]
         runs.add_row(
@@ -129,20 +134,22 @@ def _print_tables(
             "-" if to_target is None else f"{to_target / r['grid_engine_seconds']:.3f}",
             f"{r['final_regret_pct']:.2f}",
         )
-    con.print(runs)
-    table = Table(
+    emit_table(runs)
+    click.echo()
+    table = TextTable(
+        columns(
+            (
+                "strategy",
+                "reached",
+                "median to target / grid",
+                "median spent / grid",
+                "median starts",
+                "worst final regret %",
+            )
+        ),
         title=f"per strategy: grid = {grid_s:,.0f} engine-s; an oracle (baseline, each method "
-        f"at its largest N, every level's true best) = {oracle_s / grid_s:.3f} of the grid"
+        f"at its largest N, every level's true best) = {oracle_s / grid_s:.3f} of the grid",
     )
-    for col in (
-        "strategy",
-        "reached",
-        "median to target / grid",
-        "median spent / grid",
-        "median starts",
-        "worst final regret %",
-    ):
-        table.add_column(col, justify="left" if col == "strategy" else "right")
     for s in summaries:
         ratio = s.median_to_target_ratio
         table.add_row(
@@ -153,4 +160,4 @@ def _print_tables(
             f"{s.median_engine_starts:g}",
             f"{s.worst_final_regret_pct:.2f}",
         )
-    con.print(table)
+    emit_table(table)

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import click
 
 from autotune.cli._common import Context, pass_ctx
@@ -17,12 +14,12 @@ from autotune.cli._common import Context, pass_ctx
 @click.option("--workload", required=True, metavar="NAME", help="Workload name.")
 @click.option(
     "--config",
-    "config_path",
+    "config_arg",
     required=True,
-    type=click.Path(dir_okay=False, allow_dash=True, path_type=Path),
-    metavar="FILE",
-    help="The deployed --speculative-config as a JSON file ('-' reads stdin); "
-    "null or {} means speculation off.",
+    metavar="CONFIG",
+    help="The deployed --speculative-config: inline JSON as `vllm serve` takes it, a JSON or "
+    "YAML file (what `recommend --format yaml` writes), or '-' for stdin; null or {} means "
+    "speculation off. Normalized with vLLM's defaults before it is compared.",
 )
 @click.option(
     "--concurrency",
@@ -54,7 +51,7 @@ def check(
     ctx: Context,
     model: str,
     workload: str,
-    config_path: Path,
+    config_arg: str,
     concurrency: int | None,
     tolerance_pct: float,
     study_name: str | None,
@@ -70,24 +67,14 @@ def check(
     Example:
       autotune recommend --model tiny --workload code > deployed.json
       autotune check --model tiny --workload code --config deployed.json
+      autotune check --model tiny --workload code --config '{"method": "ngram", "num_speculative_tokens": 2}'
       autotune check --model kimi --workload code --config spec.json --concurrency 8 --tolerance 2
     """
     from autotune import api
-    from autotune.errors import SpecError
     from autotune.recommend import check as gate
+    from autotune.recommend.normalize import parse_config_text, read_config_arg
 
-    source = str(config_path)
-    if source == "-":
-        text = sys.stdin.read()
-        source = "stdin"
-    else:
-        try:
-            text = config_path.read_text()
-        except FileNotFoundError:
-            raise SpecError("file not found", source=source) from None
-        except OSError as exc:
-            raise SpecError(f"cannot read: {exc.strerror}", source=source) from None
-    deployed = gate.parse_config(text, source)
+    deployed = parse_config_text(*read_config_arg(config_arg))
 
     rec = api.recommend(ctx.store(), model, workload, concurrency, study=study_name)
     for note in rec.notes:  # a partial study, or one whose space was not exhausted (#11.2)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from autotune.cli._common import Context, pass_ctx
+from autotune.cli._common import Context, note, pass_ctx
 
 
 @click.command("export")
@@ -34,4 +34,4 @@ def export(ctx: Context, study: str, output: Path) -> None:
     from autotune import api
 
     n = api.export_landscape(ctx.store(), study, output)
-    click.echo(f"wrote {n} rows to {output}")
+    note(f"wrote {n} rows to {output}")

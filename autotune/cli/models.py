@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import click
 
-from autotune.cli._common import console, echo_json, json_option
+from autotune.cli._common import echo_json, emit_table, table_format_options
 
 
 @click.command("models")
-@json_option
-def models(as_json: bool) -> None:
+@table_format_options
+def models(as_json: bool, fmt: str) -> None:
     """List the catalog's models with their methods, published drafts and N bounds.
 
     \b
@@ -17,34 +17,31 @@ def models(as_json: bool) -> None:
       autotune models
       autotune models --json
     """
-    from autotune.spec.catalog import load_catalog
-    from autotune.spec.methods import RuleContext, max_n
+    from autotune import api
 
-    catalog = load_catalog()
-    if as_json:
-        echo_json({alias: e.model_dump(mode="json") for alias, e in catalog.models.items()})
+    if as_json or fmt == "json":
+        echo_json(api.catalog_json())
         return
-    from rich.table import Table
+    from autotune.tables import Column, TextTable
 
-    table = Table("alias", "model", "TP", "method", "draft", "N", show_lines=True)
-    for alias, entry in catalog.models.items():
-        tp = ", ".join(f"{k}={v}" for k, v in entry.tensor_parallel_size.items())
-        if not entry.methods:
-            table.add_row(alias, entry.model, tp, "-", "-", "-")
-        for i, (method, m) in enumerate(entry.methods.items()):
-            ctx = RuleContext(
-                mtp_layers=entry.mtp_layers,
-                block_size=m.block_size,
-                mla_attention=entry.mla_attention,
-            )
-            hi = min(m.n_max or max_n(method, ctx), max_n(method, ctx))
-            table.add_row(
-                alias if i == 0 else "",
-                entry.model if i == 0 else "",
-                tp if i == 0 else "",
-                method,
-                m.draft or "-",
-                # A DSpark draft's N is its trained block, read from its config.json.
-                "= block" if method == "dspark" and m.block_size is None else f"1..{hi}",
-            )
-    console().print(table)
+    table = TextTable(
+        [
+            Column("alias", "id"),
+            Column("model", "id"),
+            Column("TP", "id"),
+            Column("method", "id"),
+            Column("draft", "id"),
+            Column("N", "number"),
+        ],
+        group=3,
+    )
+    for m in api.catalog_methods():
+        table.add_row(
+            m.alias,
+            m.model,
+            ", ".join(f"{k}={v}" for k, v in m.tensor_parallel_size.items()),
+            m.method or "-",
+            m.draft or "-",
+            f"1..{m.n_max}" if m.n_max else ("= block" if m.method == "dspark" else "-"),
+        )
+    emit_table(table, fmt)

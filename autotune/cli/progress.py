@@ -1,14 +1,93 @@
-"""A rich progress bar for `study run`: engine configs done, the current one, ETA, best so far."""
+"""What `study run` tells a person while it works, always on stderr so stdout stays the result.
+
+On a terminal a rich progress bar (engine configs done of those planned, the running config,
+ETA, best so far); off a terminal (a pipe, ``make demo > log 2>&1``, CI) one flushed line per
+finished engine config, because a redrawn bar in a file is one frozen frame. ``--quiet`` and
+``--no-progress`` pick a quieter reporter.
+
+Each class implements the tuner's reporter protocol (:class:`autotune.search.tuner.Reporter`):
+``begin``, ``trial_started``, ``measured``, ``trial_finished``, ``end``, plus ``planned(total)``
+for when the strategy's plan grows or shrinks; a tuner that never calls it still works.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import sys
+from typing import Any, TextIO
 
 from autotune.engine._base import EngineConfig, Measurement
 
 
-class RichReporter:
-    """Implements :class:`autotune.search.tuner.Reporter` with a rich Progress."""
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def _finished_text(label: str, value: float | None, reason: str | None) -> str:
+    if reason is not None:
+        return f"failed {label}: {reason}"
+    shown = "-" if value is None else f"{value:,.1f}"
+    return f"done   {label}: {shown} tok/s (geometric mean over its levels)"
+
+
+class QuietReporter:
+    """Says nothing (``--quiet``): the command's final summary is the only output."""
+
+    def begin(self, total_configs: int, done_configs: int) -> None:
+        pass
+
+    def planned(self, total: int) -> None:
+        pass
+
+    def trial_started(self, config: EngineConfig) -> None:
+        pass
+
+    def measured(self, config: EngineConfig, m: Measurement) -> None:
+        pass
+
+    def trial_finished(
+        self, config: EngineConfig, value: float | None, reason: str | None, best: str | None
+    ) -> None:
+        pass
+
+    def end(self) -> None:
+        pass
+
+
+class LineReporter(QuietReporter):
+    """One flushed line per finished engine config (and per failure), for logs and pipes."""
+
+    def __init__(self, stream: TextIO | None = None):
+        self.stream = stream or sys.stderr
+        self.total = 0
+        self.done = 0
+
+    def _say(self, text: str) -> None:
+        print(text, file=self.stream, flush=True)
+
+    def begin(self, total_configs: int, done_configs: int) -> None:
+        self.total, self.done = total_configs, done_configs
+        already = f" ({done_configs} done before)" if done_configs else ""
+        self._say(f"planned: {_plural(total_configs, 'engine config')}{already}")
+
+    def planned(self, total: int) -> None:
+        if total != self.total:
+            self.total = total
+            self._say(f"planned: now {_plural(total, 'engine config')}")
+
+    def trial_finished(
+        self, config: EngineConfig, value: float | None, reason: str | None, best: str | None
+    ) -> None:
+        self.done += 1
+        text = f"[{self.done}/{max(self.total, self.done)}] " + _finished_text(
+            config.label(), value, reason
+        )
+        if best:
+            text += f"; best so far {best}"
+        self._say(text)
+
+
+class RichReporter(QuietReporter):
+    """A rich progress bar on stderr; finished configs print above it."""
 
     def __init__(self, console: Any):
         from rich.progress import (
@@ -35,7 +114,7 @@ class RichReporter:
         self.task: Any = None
         self.best: str | None = None
         self.current: list[str] = []
-        self.cells = 0
+        self.measurements = 0
 
     def begin(self, total_configs: int, done_configs: int) -> None:
         self.progress.start()
@@ -43,24 +122,28 @@ class RichReporter:
             "engine configs", total=total_configs, completed=done_configs, status=""
         )
 
-    def planned(self, total_configs: int) -> None:
-        self.progress.update(self.task, total=total_configs)
+    def planned(self, total: int) -> None:
+        if self.task is not None:
+            self.progress.update(self.task, total=total)
 
     def _status(self) -> str:
         parts = []
         if self.current:
-            parts.append(f"running {', '.join(self.current)} ({self.cells} cells)")
+            parts.append(
+                f"measuring {', '.join(self.current)} "
+                f"({_plural(self.measurements, 'measurement')} so far)"
+            )
         if self.best:
-            parts.append(f"best {self.best}")
+            parts.append(f"best so far {self.best}")
         return " | ".join(parts)
 
     def trial_started(self, config: EngineConfig) -> None:
         self.current.append(config.label())
-        self.cells = 0
+        self.measurements = 0
         self.progress.update(self.task, status=self._status())
 
     def measured(self, config: EngineConfig, m: Measurement) -> None:
-        self.cells += 1
+        self.measurements += 1
         self.progress.update(self.task, status=self._status())
 
     def trial_finished(
@@ -70,13 +153,25 @@ class RichReporter:
         if label in self.current:
             self.current.remove(label)
         self.best = best
-        if reason is not None:
-            self.progress.console.print(f"[red]failed[/red] {label}: {reason}")
-        else:
-            self.progress.console.print(
-                f"[green]done[/green]   {label}: {value:,.1f} tok/s (geomean)"
-            )
+        text = _finished_text(label, value, reason)
+        style = "red" if reason is not None else "green"
+        self.progress.console.print(text, style=style, markup=False)
         self.progress.update(self.task, advance=1, status=self._status())
 
     def end(self) -> None:
+        # A strategy that stops early planned more than it ran: end the bar full, not at 11/15.
+        if self.task is not None:
+            task = next(t for t in self.progress.tasks if t.id == self.task)
+            self.progress.update(self.task, total=task.completed, status="")
         self.progress.stop()
+
+
+def make_reporter(*, quiet: bool, no_progress: bool) -> Any:
+    """The reporter for `study run`: quiet, a line per config, or a bar on a terminal."""
+    if quiet:
+        return QuietReporter()
+    if no_progress or not sys.stderr.isatty():
+        return LineReporter(sys.stderr)
+    from autotune.cli._common import console
+
+    return RichReporter(console(stderr=True))

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from autotune.cli._common import Context, console, pass_ctx
+from autotune.cli._common import Context, console, emit_table, pass_ctx
 from autotune.recommend import render
 
 FORMATS = ("json", "args", "yaml", "dsd")
@@ -224,9 +224,10 @@ def _print_prior(prior: Any, fmt: str, explain: bool, as_json: bool) -> None:
 
 
 def _explain(rec: Any) -> None:
-    from rich.table import Table
+    """The explanation goes to stderr, so stdout stays the config (valid JSON for json/dsd)."""
+    from autotune.tables import Column, TextTable
 
-    con = console()
+    con = console(stderr=True)
     c = rec.choice
     best = c.best
     where = (
@@ -243,16 +244,18 @@ def _explain(rec: Any) -> None:
             f"coverage     {cov.measured} of {cov.planned} planned configs measured "
             f"(study status: {cov.status})"
         )
-    table = Table(
-        "concurrency",
-        "best",
-        "tok/s (median)",
-        "speedup",
-        "AL",
-        "repeats",
-        "spread %",
-        "runner-up",
-        "margin %",
+    table = TextTable(
+        [
+            Column("concurrency", "number"),
+            Column("best", "id"),
+            Column("tok/s (median)", "number"),
+            Column("speedup", "number"),
+            Column("AL", "number"),
+            Column("repeats", "number"),
+            Column("spread %", "number"),
+            Column("runner-up", "id"),
+            Column("margin %", "number"),
+        ]
     )
     for lv in rec.per_level:
         b = lv.best
@@ -267,7 +270,7 @@ def _explain(rec: Any) -> None:
             lv.runner_up.label() if lv.runner_up else "-",
             f"{lv.margin_pct:.1f}" if lv.margin_pct is not None else "-",
         )
-    con.print(table)
+    emit_table(table, stderr=True)
     if best.acceptance_per_pos:
         con.print(
             "acceptance per position  " + " ".join(f"{a:.2f}" for a in best.acceptance_per_pos)

@@ -9,7 +9,14 @@ from typing import Any
 
 import click
 
-from autotune.cli._common import Context, console, echo_json, json_option, pass_ctx
+from autotune.cli._common import (
+    Context,
+    echo_json,
+    emit_table,
+    note,
+    pass_ctx,
+    table_format_options,
+)
 
 
 @click.command("report")
@@ -42,7 +49,7 @@ from autotune.cli._common import Context, console, echo_json, json_option, pass_
     metavar="FILE",
     help="Export one row per measurement as Parquet (needs pyarrow).",
 )
-@json_option
+@table_format_options
 @pass_ctx
 def report(
     ctx: Context,
@@ -52,6 +59,7 @@ def report(
     csv_path: Path | None,
     parquet_path: Path | None,
     as_json: bool,
+    fmt: str,
 ) -> None:
     """Show a study's results: per config and cell, median tok/s, spread, speedup, acceptance.
 
@@ -64,38 +72,19 @@ def report(
       autotune report tiny-cpu
       autotune report tiny-cpu --png plots/ --html report.html --csv tiny-cpu.csv
     """
-    from autotune.errors import NoResultError
-    from autotune.report import (
-        measurements_frame,
-        plot_png,
-        provenance,
-        require_parquet,
-        summary_frame,
-        summary_table,
-        write_csv,
-        write_html,
-        write_parquet,
+    from autotune import api
+    from autotune.report import provenance, summary_table
+
+    rep = api.report_study(
+        ctx.store(),
+        study_name,
+        html=html_path,
+        png_dir=png_dir,
+        csv=csv_path,
+        parquet=parquet_path,
     )
-
-    if parquet_path is not None:
-        require_parquet()  # before anything is written
-    df = measurements_frame(ctx.store(), study_name)
-    if df.empty:
-        raise NoResultError(
-            f"study {study_name!r} has no measurements yet (autotune study run {study_name})"
-        )
-    summary = summary_frame(df)
-    written: list[Path] = []
-    if csv_path is not None:
-        written.append(write_csv(df, csv_path))
-    if parquet_path is not None:
-        written.append(write_parquet(df, parquet_path))
-    if png_dir is not None:
-        written.extend(plot_png(df, png_dir))
-    if html_path is not None:
-        written.append(write_html(df, html_path))
-
-    if as_json:
+    df, summary, written = rep.frame, rep.summary, rep.written
+    if as_json or fmt == "json":
         echo_json(
             {
                 "study": study_name,
@@ -107,11 +96,11 @@ def report(
             }
         )
         return
-    con = console()
-    con.print(f"[bold]{study_name}[/bold] · {df.attrs.get('model')}  ({provenance(df)})")
-    con.print(summary_table(summary))
     for path in written:
-        click.echo(f"wrote {path}")
+        note(f"wrote {path}")
+    if fmt != "tsv":
+        click.echo(f"{study_name} · {df.attrs.get('model')}  ({provenance(df)})")
+    emit_table(summary_table(summary), fmt)
 
 
 def _clean(row: dict[str, Any]) -> dict[str, Any]:

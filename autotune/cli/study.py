@@ -7,7 +7,17 @@ from typing import Any
 
 import click
 
-from autotune.cli._common import Context, console, echo_json, json_option, pass_ctx
+from autotune.cli._common import (
+    Context,
+    confirm_destructive,
+    echo_json,
+    emit_table,
+    engine_logging_as_user_set,
+    json_option,
+    note,
+    pass_ctx,
+    table_format_options,
+)
 
 
 @click.group()
@@ -120,9 +130,7 @@ def create(
         return
     for warning in created.resolved.warnings:
         click.echo(f"warning: {warning}", err=True)
-    from autotune.search.space import SearchSpace
-
-    n = len(SearchSpace(created.resolved))
+    n = api.space_size(created.resolved)
     click.echo(
         f"created study {created.study.name!r} ({created.resolved.model}, "
         f"{n} engine configs, workloads {', '.join(created.resolved.spec.workloads)}) in {store.url}"
@@ -130,9 +138,9 @@ def create(
 
 
 @study.command("list")
-@json_option
+@table_format_options
 @pass_ctx
-def list_(ctx: Context, as_json: bool) -> None:
+def list_(ctx: Context, as_json: bool, fmt: str) -> None:
     """List the studies in the store.
 
     \b
@@ -140,16 +148,27 @@ def list_(ctx: Context, as_json: bool) -> None:
       autotune study list
       autotune --db sqlite:///other.db study list --json
     """
-    records = ctx.store().list_studies()
-    if as_json:
+    from autotune.tables import Column, TextTable
+
+    store = ctx.store()
+    records = store.list_studies()
+    if as_json or fmt == "json":
         echo_json([_study_summary(r) for r in records])
         return
     if not records:
-        click.echo("no studies yet: autotune study create FILE")
+        note(f"no studies yet in {store.url}: autotune study create FILE")
         return
-    from rich.table import Table
-
-    table = Table("name", "model", "status", "trials", "failed", "measurements", "created")
+    table = TextTable(
+        [
+            Column("name", "id"),
+            Column("model", "id"),
+            Column("status"),
+            Column("trials", "number"),
+            Column("failed", "number"),
+            Column("measurements", "number"),
+            Column("created", "number"),
+        ]
+    )
     for r in records:
         table.add_row(
             r.name,
@@ -160,7 +179,7 @@ def list_(ctx: Context, as_json: bool) -> None:
             str(r.num_measurements),
             r.created_at.strftime("%Y-%m-%d %H:%M"),
         )
-    console().print(table)
+    emit_table(table, fmt)
 
 
 def _study_summary(r: Any) -> dict[str, Any]:
@@ -179,9 +198,9 @@ def _study_summary(r: Any) -> dict[str, Any]:
 
 @study.command("show")
 @click.argument("name")
-@json_option
+@table_format_options
 @pass_ctx
-def show(ctx: Context, name: str, as_json: bool) -> None:
+def show(ctx: Context, name: str, as_json: bool, fmt: str) -> None:
     """Show a study: its resolved spec, search space and trials.
 
     \b
@@ -189,10 +208,9 @@ def show(ctx: Context, name: str, as_json: bool) -> None:
       autotune study show tiny-cpu
     """
     from autotune import api
-    from autotune.search.space import SearchSpace
 
     record, resolved, trials = api.get_study(ctx.store(), name)
-    if as_json:
+    if as_json or fmt == "json":
         echo_json(
             {
                 **_study_summary(record),
@@ -213,21 +231,26 @@ def show(ctx: Context, name: str, as_json: bool) -> None:
             }
         )
         return
-    from rich.table import Table
+    from autotune.tables import Column, TextTable
 
-    con = console()
     spec = resolved.spec
-    con.print(f"[bold]{record.name}[/bold]  {record.status}  ({record.source})")
-    if spec.description:
-        con.print(spec.description)
-    con.print(
-        f"model        {resolved.model}  (tensor_parallel_size={resolved.tensor_parallel_size})"
+    if fmt != "tsv":  # TSV: only the tables, for tools
+        for line in (
+            f"{record.name}  {record.status}  ({record.source})",
+            spec.description or None,
+            f"model        {resolved.model}  "
+            f"(tensor_parallel_size={resolved.tensor_parallel_size})",
+            f"workloads    {', '.join(spec.workloads)}",
+            f"concurrency  {', '.join(map(str, spec.concurrency))}",
+            f"repeats      {spec.repeats}   sampler {spec.sampler}   engine {spec.engine.kind}",
+            f"space        {api.space_size(resolved)} engine configs\n",
+        ):
+            if line is not None:
+                click.echo(line)
+    methods = TextTable(
+        [Column("method", "id"), Column("draft", "id"), Column("N", "number"), Column("params")],
+        title="methods",
     )
-    con.print(f"workloads    {', '.join(spec.workloads)}")
-    con.print(f"concurrency  {', '.join(map(str, spec.concurrency))}")
-    con.print(f"repeats      {spec.repeats}   sampler {spec.sampler}   engine {spec.engine.kind}")
-    con.print(f"space        {len(SearchSpace(resolved))} engine configs")
-    methods = Table("method", "draft", "N", "params", title="methods")
     for m in resolved.methods:
         n = m.num_speculative_tokens
         methods.add_row(
@@ -236,11 +259,22 @@ def show(ctx: Context, name: str, as_json: bool) -> None:
             f"{n.min}..{n.max}",
             ", ".join(f"{k}={v}" for k, v in m.params.items()) or "-",
         )
-    con.print(methods)
+    emit_table(methods, fmt)
     for w in resolved.warnings:
-        con.print(f"[yellow]warning[/yellow] {w}")
+        note(f"warning: {w}")
     if trials:
-        t_table = Table("#", "config", "state", "start s", "engine s", "reason", title="trials")
+        click.echo()
+        t_table = TextTable(
+            [
+                Column("#", "number"),
+                Column("config", "id"),
+                Column("state"),
+                Column("start s", "number"),
+                Column("engine s", "number"),
+                Column("reason"),
+            ],
+            title="trials",
+        )
         for t in trials:
             label = "baseline" if t.method == "none" else f"{t.method} N={t.num_speculative_tokens}"
             t_table.add_row(
@@ -251,12 +285,16 @@ def show(ctx: Context, name: str, as_json: bool) -> None:
                 f"{t.engine_seconds:.1f}" if t.engine_seconds is not None else "-",
                 t.failure_reason or "",
             )
-        con.print(t_table)
+        emit_table(t_table, fmt)
 
 
 @study.command("delete")
 @click.argument("name")
-@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+@click.option(
+    "--yes",
+    is_flag=True,
+    help="Do not ask for confirmation (required without a terminal: exit 2 otherwise).",
+)
 @pass_ctx
 def delete(ctx: Context, name: str, yes: bool) -> None:
     """Delete a study with its trials, measurements and Optuna study.
@@ -269,10 +307,9 @@ def delete(ctx: Context, name: str, yes: bool) -> None:
 
     store = ctx.store()
     store.get_study(name)  # fail before asking
-    if not yes:
-        click.confirm(f"delete study {name!r} and all its measurements?", abort=True)
+    confirm_destructive(f"delete study {name!r} and all its measurements?", yes)
     api.delete_study(store, name)
-    click.echo(f"deleted study {name!r}")
+    note(f"deleted study {name!r} from {store.url}")
 
 
 def _run_options(f: Any) -> Any:
@@ -301,7 +338,18 @@ def _run_options(f: Any) -> Any:
         "--verbose",
         "-v",
         is_flag=True,
-        help="Stream the engines' logs (vLLM, Ray) to the terminal.",
+        help="Stream the engines' logs (vLLM, Ray) and library warnings to stderr.",
+    )(f)
+    f = click.option(
+        "--quiet",
+        "-q",
+        is_flag=True,
+        help="Print only the final summary (no progress, no per-config lines).",
+    )(f)
+    f = click.option(
+        "--no-progress",
+        is_flag=True,
+        help="No progress bar: one line per finished engine config on stderr, as off a terminal.",
     )(f)
     return f
 
@@ -313,19 +361,24 @@ def _run(
     max_engines: int | None,
     max_configs: int | None,
     verbose: bool,
+    quiet: bool,
+    no_progress: bool,
 ) -> None:
     from autotune import api
-    from autotune.cli.progress import RichReporter
+    from autotune.cli.progress import make_reporter
 
+    engine_logging_as_user_set()
+    if not verbose:
+        quiet_libraries()
     store = ctx.store()
-    store.get_study(name)
+    record = store.get_study(name)
     summary = api.run_study(
         store,
         name,
         ray_address=ray_address,
         max_engines=max_engines,
         max_configs=max_configs,
-        reporter=RichReporter(console()),
+        reporter=make_reporter(quiet=quiet, no_progress=no_progress),
         log_to_driver=verbose,
     )
     click.echo(
@@ -335,6 +388,43 @@ def _run(
     )
     for label, reason in summary.failures:
         click.echo(f"  failed: {label}: {reason}")
+    if not quiet:
+        for line in api.next_steps(record):
+            # the same store as this run's, or the next command reads another one
+            note(line.replace("autotune ", f"autotune --db {ctx.db} ", 1) if ctx.db else line)
+
+
+def quiet_libraries() -> None:
+    """Keep library chatter (Ray's start-up and token notices, transformers/Triton warnings)
+    out of the output; --verbose lets it through."""
+    import logging
+    import os
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    for name in ("transformers", "vllm", "torch", "triton", "optuna", "urllib3"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    # ray.init() resets the "ray" logger's level and handlers, so a level set here would not
+    # hold; a filter on the loggers that print its start-up and token-authentication notices
+    # does (a logger's own filters run before any handler).
+    for name in (
+        "ray",
+        "ray._private.worker",
+        "ray._private.services",
+        "ray._private.authentication.authentication_token_setup",
+    ):
+        logger = logging.getLogger(name)
+        if _errors_only not in logger.filters:
+            logger.addFilter(_errors_only)
+
+
+def _errors_only(record: Any) -> bool:
+    """A logging filter: let errors through, drop notices."""
+    import logging
+
+    return bool(record.levelno >= logging.ERROR)
 
 
 @study.command("run")
@@ -348,6 +438,8 @@ def run(
     max_engines: int | None,
     max_configs: int | None,
     verbose: bool,
+    quiet: bool,
+    no_progress: bool,
 ) -> None:
     """Measure a study's engine configs until its space or budget is exhausted.
 
@@ -355,12 +447,16 @@ def run(
     workload × concurrency × repeat warm before it is torn down. Measurements are stored as
     they arrive; an engine that fails becomes a failed trial with its reason.
 
+    Progress goes to stderr (a bar on a terminal, one line per finished engine config
+    otherwise); the summary goes to stdout; Ray's and the libraries' notices only with
+    --verbose.
+
     \b
     Example:
       autotune study run tiny-cpu
       autotune study run kimi-k2.5 --ray-address auto
     """
-    _run(ctx, name, ray_address, max_engines, max_configs, verbose)
+    _run(ctx, name, ray_address, max_engines, max_configs, verbose, quiet, no_progress)
 
 
 @study.command("resume")
@@ -374,6 +470,8 @@ def resume(
     max_engines: int | None,
     max_configs: int | None,
     verbose: bool,
+    quiet: bool,
+    no_progress: bool,
 ) -> None:
     """Continue an interrupted study without re-measuring completed configs.
 
@@ -383,4 +481,4 @@ def resume(
     Example:
       autotune study resume tiny-cpu
     """
-    _run(ctx, name, ray_address, max_engines, max_configs, verbose)
+    _run(ctx, name, ray_address, max_engines, max_configs, verbose, quiet, no_progress)

@@ -15,6 +15,7 @@ from autotune.engine._base import (
     PreparedWorkload,
     Prompt,
 )
+from autotune.engine.models import default_tokenizer, register_model_refs, resolve_model
 
 __all__ = [
     "Engine",
@@ -25,6 +26,9 @@ __all__ = [
     "PreparedWorkload",
     "Prompt",
     "create_engine",
+    "default_tokenizer",
+    "register_model_refs",
+    "resolve_model",
 ]
 
 

@@ -68,13 +68,9 @@ COUNTER_SETTLE_S = 2.0
 
 def resolve_ref(ref: str) -> str:
     """Resolve a ``tiny:NAME`` model reference to a local checkpoint; other refs pass through."""
-    if not ref.startswith(TINY_PREFIX):
-        return ref
-    try:
-        from autotune.testing.tiny import resolve
-    except ImportError as exc:
-        raise EngineError(f"{ref}: tiny models need autotune.testing.tiny ({exc})") from None
-    return resolve(ref)
+    from autotune.engine.models import resolve_model
+
+    return resolve_model(ref)
 
 
 def build_engine_kwargs(

@@ -65,7 +65,11 @@ def parse_config(text: str, source: str) -> dict[str, Any] | None:
 
 
 def _key(config: Mapping[str, Any] | None) -> str:
-    return json.dumps(dict(config) if config else None, sort_keys=True)
+    # normalized with vLLM's defaults: {"method": "ngram", ...} without prompt_lookup_* is the
+    # config with vLLM's lookup defaults, not "never measured" for a missing key
+    from autotune.recommend.normalize import key
+
+    return key(config)
 
 
 def label(config: Mapping[str, Any] | None) -> str:
@@ -155,11 +159,15 @@ def check(
         return CheckResult(False, stale, best, find(choice, deployed), None, True)
     score = find(choice, deployed)
     if score is None:
+        from autotune.recommend.normalize import differences
+
+        nearest = differences(deployed, [s.speculative_config for s in choice.ranked])
         return CheckResult(
             False,
             f"the deployed config {label(deployed)} ({speculative_json(deployed)}) was never "
-            f"measured {where} in study {study!r}; the recommended config is "
-            f"{speculative_json(best.speculative_config)}",
+            f"measured {where} in study {study!r}"
+            + (f" ({nearest})" if nearest else "")
+            + f"; the recommended config is {speculative_json(best.speculative_config)}",
             best,
             None,
             None,

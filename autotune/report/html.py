@@ -1,7 +1,11 @@
-"""A self-contained HTML report: the summary table and the figures, with no network needed.
+"""A self-contained HTML report that leads with the answer, with no network needed.
 
-Interactive plotly figures (plotly.js inlined once) when plotly is installed (the ``plots``
-extra), else the matplotlib figures embedded as base64 PNG.
+First screen: per workload × concurrency, the recommended config, its speedup, acceptance length,
+margin over the runner-up, a noise flag and the ``vllm serve`` line to copy. Then the figures,
+which scale with the window: inline SVG from matplotlib by default (a few hundred kB for a whole
+study), or interactive plotly (``renderer="plotly"``: plotly.js inlined once, ~4.8 MB). Last,
+every config × cell in a table that sorts (click a heading) and filters (type in the box) with a
+few lines of inline JavaScript.
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ import base64
 import html
 import importlib.util
 import io
+import json
 from pathlib import Path
 from typing import Any, Literal
 
@@ -20,20 +25,57 @@ from autotune.report._figures import BASELINE_COLOR, Figures, build, footnote
 from autotune.report.frames import summary_frame
 from autotune.report.table import provenance
 
-Renderer = Literal["auto", "plotly", "matplotlib"]
+Renderer = Literal["auto", "svg", "plotly", "matplotlib"]
 
 _STYLE = """
-body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2em; color: #222; }
-h1 { font-size: 1.4em; } h2 { font-size: 1.15em; margin-top: 1.6em; }
-table.summary { border-collapse: collapse; font-size: 0.85em; }
-table.summary th, table.summary td { padding: 3px 8px; border-bottom: 1px solid #ddd;
-  text-align: right; }
-table.summary th { background: #f3f3f3; }
-table.summary td:nth-child(-n+3) { text-align: left; }
+body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 1.2em 2em;
+  color: #222; }
+h1 { font-size: 1.35em; margin: 0.2em 0; } h2 { font-size: 1.15em; margin-top: 1.4em; }
+table { border-collapse: collapse; font-size: 0.85em; }
+th, td { padding: 3px 8px; border-bottom: 1px solid #ddd; text-align: right; }
+th { background: #f3f3f3; }
+td.t, th.t { text-align: left; }
+div.scroll { overflow-x: auto; max-width: 100%; }
+table.answer { width: 100%; }
+table.answer td { font-size: 1.05em; }
+table.answer td.w { white-space: nowrap; }
+table.answer td:last-child code { word-break: break-all; }
+table.answer code { font-size: 0.9em; background: #f6f6f6; padding: 1px 4px; }
+table.summary th { cursor: pointer; user-select: none; }
 tr.recommended td { font-weight: bold; background: #eef6ee; }
-tr.noisy td:last-child { color: #b36b00; }
+.noisy { color: #b36b00; }
 .note { color: #555; font-size: 0.85em; }
-img { max-width: 100%; }
+button.copy { font-size: 0.8em; margin-left: 4px; }
+figure { margin: 0.5em 0; } figure svg, figure img { width: 100%; height: auto; max-width: 1400px; }
+#filter { margin: 0.3em 0; padding: 3px 6px; width: 18em; }
+"""
+
+_SCRIPT = """
+document.querySelectorAll('button.copy').forEach(b => b.addEventListener('click', () => {
+  navigator.clipboard && navigator.clipboard.writeText(b.dataset.text);
+  b.textContent = 'copied';
+}));
+const table = document.querySelector('table.summary');
+if (table) {
+  const body = table.tBodies[0];
+  const value = (td) => { const t = td.textContent.replace(/[,x★%]/g, '').trim();
+    const n = parseFloat(t); return isNaN(n) || !/^-?[0-9.]+/.test(t) ? t : n; };
+  table.querySelectorAll('th').forEach((th, i) => th.addEventListener('click', () => {
+    const up = th.dataset.dir !== 'up'; th.dataset.dir = up ? 'up' : 'down';
+    const rows = Array.from(body.rows);
+    rows.sort((a, b) => { const x = value(a.cells[i]), y = value(b.cells[i]);
+      return (x > y ? 1 : x < y ? -1 : 0) * (up ? 1 : -1); });
+    rows.forEach(r => body.appendChild(r));
+  }));
+  document.getElementById('filter').addEventListener('input', (e) => {
+    const words = e.target.value.toLowerCase().split(/\\s+/).filter(Boolean);
+    // whole words of cells ("code 8": workload code at concurrency 8, not any 8 in a number)
+    Array.from(body.rows).forEach(r => {
+      const cells = new Set(Array.from(r.cells).flatMap(
+        c => c.textContent.toLowerCase().split(/[\\s=]+/)));
+      r.style.display = words.every(w => cells.has(w)) ? '' : 'none'; });
+  });
+}
 """
 
 
@@ -42,31 +84,99 @@ def plotly_available() -> bool:
 
 
 def write_html(df: pd.DataFrame, path: Path | str, renderer: Renderer = "auto") -> Path:
-    """Write the report of a measurements frame as one HTML file; returns its path."""
+    """Write the report of a measurements frame as one HTML file; returns its path.
+
+    ``auto`` and ``svg`` embed the matplotlib figures as scalable SVG; ``plotly`` embeds
+    interactive figures; ``matplotlib`` embeds PNG images.
+    """
     if df.empty:
         raise NoResultError("nothing measured in this study yet: nothing to report")
-    use_plotly = renderer == "plotly" or (renderer == "auto" and plotly_available())
     figs = build(df)
     summary = summary_frame(df)
-    sections = _plotly_sections(figs) if use_plotly else _png_sections(df)
+    if renderer == "plotly":
+        sections = _plotly_sections(figs)
+    else:
+        sections = _image_sections(df, "png" if renderer == "matplotlib" else "svg")
     title = f"autotune report: {figs.title}"
     body = [
         f"<h1>{html.escape(title)}</h1>",
         f'<p class="note">{html.escape(provenance(df))}</p>',
-        "<h2>Summary</h2>",
-        _summary_html(summary),
+        '<h2 id="answer">What to deploy</h2>',
+        # the model as vLLM takes it (the HF id), not the catalog alias the title uses
+        _answer_html(summary, str(df["model"].iloc[0] if "model" in df else figs.title)),
         *sections,
+        '<h2 id="all">Every config at every level</h2>',
+        '<input id="filter" type="search" placeholder="filter: whole words, e.g. code 8 ngram">',
+        _summary_html(summary),
     ]
     page = (
         "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
+        "<meta name='viewport' content='width=device-width, initial-scale=1'>"
         f"<title>{html.escape(title)}</title><style>{_STYLE}</style></head>\n<body>\n"
         + "\n".join(body)
-        + "\n</body></html>\n"
+        + f"\n<script>{_SCRIPT}</script>\n</body></html>\n"
     )
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(page, encoding="utf-8")
     return out
+
+
+def _answer_html(summary: pd.DataFrame, model: str) -> str:
+    """Per workload × concurrency: the recommended config and why, with the line to copy."""
+    from autotune.recommend.render import serve_args
+
+    head = [
+        ("workload", "t"),
+        ("concurrency", ""),
+        ("recommended", "t"),
+        ("speedup", ""),
+        ("AL", ""),
+        ("margin over runner-up", "t"),
+        ("noise", "t"),
+        ("vllm serve", "t"),
+    ]
+    rows = []
+    for (workload, concurrency), cell in summary.groupby(["workload", "concurrency"], sort=True):
+        ranked = cell.sort_values("rank")
+        best = ranked.iloc[0]
+        runner = ranked.iloc[1] if len(ranked) > 1 else None
+        margin = "-"
+        if runner is not None and runner["score_tok_s"] > 0:
+            pct = 100.0 * (best["score_tok_s"] / runner["score_tok_s"] - 1.0)
+            margin = f"{pct:.1f}% over {runner['config']}"
+        config = json.loads(best["speculative_config"])
+        line = serve_args(model, config)
+        speedup = "-" if pd.isna(best["speedup"]) else f"{best['speedup']:.2f}x"
+        al = best["mean_acceptance_length"]
+        noise = (
+            f'<span class="noisy">noisy: spread {best["spread_pct"]:.1f}%</span>'
+            if best["noisy"]
+            else f"spread {best['spread_pct']:.1f}% over {best['repeats']}"
+        )
+        cells = [
+            f'<td class="t w">{html.escape(str(workload))}</td>',
+            f'<td class="w">{concurrency}</td>',
+            f'<td class="t w"><b>{html.escape(str(best["config"]))}</b></td>',
+            f'<td class="w">{speedup}</td>',
+            f'<td class="w">{"-" if pd.isna(al) else f"{al:.2f}"}</td>',
+            f'<td class="t">{html.escape(margin)}</td>',
+            f'<td class="t">{noise}</td>',
+            f'<td class="t"><code>{html.escape(line)}</code><button class="copy" '
+            f'data-text="{html.escape(line, quote=True)}">copy</button></td>',
+        ]
+        rows.append("<tr>" + "".join(cells) + "</tr>")
+    ths = "".join(f'<th class="{c}">{html.escape(h)}</th>' for h, c in head)
+    note = (
+        "recommended: highest robust score (median − 1.4826·MAD over repeats; within 1% the "
+        "smaller N); speedup against running without speculation in the same cell; AL: mean "
+        "acceptance length; margin: robust score over the runner-up's."
+    )
+    return (
+        f'<div class="scroll"><table class="answer"><thead><tr>{ths}</tr></thead><tbody>'
+        + "".join(rows)
+        + f'</tbody></table></div><p class="note">{html.escape(note)}</p>'
+    )
 
 
 def _summary_html(summary: pd.DataFrame) -> str:
@@ -101,25 +211,32 @@ def _summary_html(summary: pd.DataFrame) -> str:
             "-" if pd.isna(r["mean_acceptance_length"]) else f"{r['mean_acceptance_length']:.2f}",
             flags,
         ]
-        tds = "".join(f"<td>{html.escape(str(c))}</td>" for c in cells)
+        tds = "".join(
+            f'<td class="{"t" if i in (0, 2, 9) else ""}">{html.escape(str(c))}</td>'
+            for i, c in enumerate(cells)
+        )
         rows.append(f'<tr class="{" ".join(classes)}">{tds}</tr>')
-    ths = "".join(f"<th>{html.escape(h)}</th>" for h in head)
+    ths = "".join(
+        f'<th class="{"t" if i in (0, 2, 9) else ""}" title="click to sort">{html.escape(h)}</th>'
+        for i, h in enumerate(head)
+    )
     note = (
         "★ recommended: highest robust score (median − 1.4826·MAD over repeats), configs within "
         "1% tied and the smaller N preferred. noisy: spread over repeats above "
         f"{summary.attrs.get('max_spread_pct', 10.0):g}%. AL: mean acceptance length."
     )
     return (
-        f'<table class="summary"><thead><tr>{ths}</tr></thead><tbody>'
+        f'<div class="scroll"><table class="summary"><thead><tr>{ths}</tr></thead><tbody>'
         + "".join(rows)
-        + f'</tbody></table><p class="note">{html.escape(note)}</p>'
+        + f'</tbody></table></div><p class="note">{html.escape(note)}</p>'
     )
 
 
 # --- matplotlib fallback ---------------------------------------------------------------------
 
 
-def _png_sections(df: pd.DataFrame) -> list[str]:
+def _image_sections(df: pd.DataFrame, fmt: str) -> list[str]:
+    """The matplotlib figures inline: SVG (scales with the window, small) or PNG."""
     from autotune.report.plots import _pyplot, figures
 
     plt = _pyplot()
@@ -131,11 +248,18 @@ def _png_sections(df: pd.DataFrame) -> list[str]:
     }
     for name, fig in figures(df).items():
         buf = io.BytesIO()
-        fig.savefig(buf, format="png", dpi=110, bbox_inches="tight", pad_inches=0.15)
+        fig.savefig(buf, format=fmt, dpi=110, bbox_inches="tight", pad_inches=0.15)
         plt.close(fig)
-        data = base64.b64encode(buf.getvalue()).decode("ascii")
         out.append(f"<h2>{html.escape(titles[name])}</h2>")
-        out.append(f'<img alt="{name}" src="data:image/png;base64,{data}">')
+        if fmt == "svg":
+            svg = buf.getvalue().decode("utf-8")
+            svg = svg[svg.index("<svg") :]  # drop the XML prolog and DOCTYPE
+            out.append(f'<figure class="{name}">{svg}</figure>')
+        else:
+            data = base64.b64encode(buf.getvalue()).decode("ascii")
+            out.append(
+                f'<figure class="{name}"><img alt="{name}" src="data:image/png;base64,{data}"></figure>'
+            )
     return out
 
 
@@ -154,7 +278,16 @@ def _plotly_sections(figs: Figures) -> list[str]:
     for i, (title, fig) in enumerate(built):
         out.append(f"<h2>{html.escape(title)}</h2>")
         # plotly.js is inlined once, in the first figure: the page works offline.
-        out.append(pio.to_html(fig, full_html=False, include_plotlyjs=(i == 0)))
+        fig.update_layout(width=None, autosize=True)  # follow the window, not a fixed width
+        out.append(
+            pio.to_html(
+                fig,
+                full_html=False,
+                include_plotlyjs=(i == 0),
+                config={"responsive": True},
+                default_width="100%",
+            )
+        )
     return out
 
 

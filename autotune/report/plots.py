@@ -222,6 +222,28 @@ def acceptance_figure(figs: Figures) -> Any:
     return fig
 
 
+def _label_points(ax: Any, labels: list[tuple[int, float, str, str]]) -> None:
+    """Label points without overlap: at each x, labels are stacked upwards at least one text
+    height (~7% of the y range) apart, starting at their point."""
+    if not labels:
+        return
+    ys = [y for _, y, _, _ in labels] + [1.0]
+    gap = 0.07 * (max(ys) - min(ys) or 1.0)
+    for x in sorted({x for x, _, _, _ in labels}):
+        placed = -float("inf")
+        for _, y, text, color in sorted((lb for lb in labels if lb[0] == x), key=lambda t: t[1]):
+            at = max(y, placed + gap)
+            placed = at
+            ax.annotate(
+                text,
+                (x, y),
+                xytext=(x * 1.06, at + gap * 0.3),
+                textcoords="data",
+                fontsize=8,
+                color=color,
+            )
+
+
 def speedup_figure(figs: Figures) -> Any:
     """Each method's best speedup (over N) vs concurrency, one panel per workload."""
     plt = _pyplot()
@@ -232,20 +254,17 @@ def speedup_figure(figs: Figures) -> Any:
     )
     handles: dict[str, Any] = {}
     for ax, workload in zip(axes[0], names, strict=True):
+        labels: list[tuple[int, float, str, str]] = []
         for label, points in figs.speedup[workload].items():
             xs = [p.concurrency for p in points]
             ys = [p.speedup for p in points]
             (line,) = ax.plot(xs, ys, marker="o", color=figs.color(label), lw=1.6)
             handles.setdefault(label, line)
-            for p in points:
-                ax.annotate(
-                    f"N={p.num_speculative_tokens}",
-                    (p.concurrency, p.speedup),
-                    textcoords="offset points",
-                    xytext=(4, 4),
-                    fontsize=8,
-                    color=figs.color(label),
-                )
+            labels += [
+                (p.concurrency, p.speedup, f"N={p.num_speculative_tokens}", figs.color(label))
+                for p in points
+            ]
+        _label_points(ax, labels)
         ax.axhline(1.0, color=BASELINE_COLOR, ls="--", lw=1.3)
         if len(figs.concurrencies) > 1:
             ax.set_xscale("log", base=2)

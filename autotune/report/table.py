@@ -1,4 +1,4 @@
-"""The terminal report: a rich table of the summary frame, one block of rows per cell."""
+"""The study report's terminal table (a :class:`autotune.tables.TextTable`) and provenance line."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ from typing import Any
 
 import pandas as pd
 
+from autotune.tables import Column, TextTable
+
 
 def _num(value: Any, fmt: str) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
@@ -14,18 +16,22 @@ def _num(value: Any, fmt: str) -> str:
     return format(value, fmt)
 
 
-def summary_table(summary: pd.DataFrame) -> Any:
-    """A rich Table: per (workload, concurrency), the baseline then each method by N; the
-    recommended config is marked ★ and a noisy spread is flagged."""
-    from rich import box
-    from rich.table import Table
-
+def summary_table(summary: pd.DataFrame) -> TextTable:
+    """Per (workload, concurrency), the baseline then each method by N; the recommended config
+    is marked ★ (and bold on a terminal), a noisy spread is flagged."""
     spread = summary.attrs.get("max_spread_pct")
-    table = Table(
-        box=box.SIMPLE_HEAD,
-        padding=(0, 1, 0, 0),
-        show_edge=False,
-        pad_edge=False,
+    table = TextTable(
+        [
+            Column("workload", "id"),
+            Column("conc", "number"),
+            Column("config", "id"),
+            Column("tok/s", "number"),
+            Column("MAD", "number"),
+            Column("spread %", "number"),
+            Column("reps", "number"),
+            Column("speedup", "number"),
+            Column("AL", "number"),
+        ],
         caption=(
             "tok/s: median over repeats; MAD: median absolute deviation; spread: (max − min) / "
             "median; AL: mean acceptance length; ★ recommended (median − 1.4826·MAD, ties → "
@@ -33,39 +39,25 @@ def summary_table(summary: pd.DataFrame) -> Any:
             if spread is not None
             else None
         ),
-        caption_justify="left",
+        group=2,
     )
-    table.add_column("workload", no_wrap=True)
-    table.add_column("conc", justify="right", no_wrap=True, min_width=4)
-    table.add_column("config", no_wrap=True)
-    for name in ("tok/s", "MAD", "spread %", "reps", "speedup", "AL"):
-        table.add_column(name, justify="right", no_wrap=True)
-
     ordered = summary.assign(
         _base=summary["speculative_config"] != "null",
     ).sort_values(["workload", "concurrency", "_base", "method", "num_speculative_tokens"])
-    previous = None
     for r in ordered.to_dict("records"):
-        cell = (r["workload"], r["concurrency"])
-        if previous is not None and cell != previous:
-            table.add_section()
-        spread_text = _num(r["spread_pct"], ".1f")
-        if r["noisy"]:
-            spread_text = f"[yellow]{spread_text} noisy[/yellow]"
-        style = "bold" if r["recommended"] else None
+        spread_text = _num(r["spread_pct"], ".1f") + (" noisy" if r["noisy"] else "")
         table.add_row(
-            str(r["workload"]) if cell != previous else "",
-            str(r["concurrency"]) if cell != previous else "",
+            r["workload"],
+            r["concurrency"],
             str(r["config"]) + (" ★" if r["recommended"] else ""),
             _num(r["median_tok_s"], ",.1f"),
             _num(r["mad_tok_s"], ",.1f"),
             spread_text,
-            str(r["repeats"]),
+            r["repeats"],
             _num(r["speedup"], ".2f") + ("x" if not pd.isna(r["speedup"]) else ""),
             _num(r["mean_acceptance_length"], ".2f"),
-            style=style,
+            style="bold" if r["recommended"] else None,
         )
-        previous = cell
     return table
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -57,25 +58,74 @@ def load_yaml(path: Path) -> dict[str, Any]:
 
 
 def validate(model: type[M], data: Any, source: str) -> M:
-    """Validate ``data`` as ``model``; the first error becomes a one-line SpecError."""
+    """Validate ``data`` as ``model``; every error becomes one line of a SpecError."""
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        raise spec_error_from(exc, source) from None
+        raise spec_error_from(exc, source, model) from None
 
 
-def spec_error_from(exc: ValidationError, source: str) -> SpecError:
-    err = exc.errors()[0]
-    # Discriminated unions add the tag as a path element ("source.jsonl.path"); keep it, it
-    # tells the user which kind was assumed.
-    loc = ".".join(str(p) for p in err["loc"]) or None
-    msg = err["msg"]
+def spec_error_from(
+    exc: ValidationError, source: str, model: type[BaseModel] | None = None
+) -> SpecError:
+    """All of a validation's errors, one line each (``source: field: message``), with a
+    "did you mean" for a misspelt key or value."""
+    lines = []
+    for err in exc.errors():
+        # Discriminated unions add the tag as a path element ("source.jsonl.path"); keep it,
+        # it tells the user which kind was assumed.
+        loc = ".".join(str(p) for p in err["loc"]) or None
+        lines.append((loc, _message(err, model)))
+    first_loc, first_msg = lines[0]
+    rest = [": ".join(p for p in (source, loc, msg) if p) for loc, msg in lines[1:]]
+    return SpecError("\n".join([first_msg, *rest]), source=source, field=first_loc)
+
+
+def _message(err: Any, model: type[BaseModel] | None) -> str:
+    import difflib
+
+    msg = str(err["msg"])
     if err["type"] == "extra_forbidden":
         msg = "unknown key"
-    more = len(exc.errors()) - 1
-    if more:
-        msg += f" (and {more} more error{'s' if more > 1 else ''})"
-    return SpecError(msg, source=source, field=loc)
+        known = _keys_at(model, err["loc"][:-1]) if model else []
+        guess = difflib.get_close_matches(str(err["loc"][-1]), known, n=1)
+        if guess:
+            msg += f"; did you mean {guess[0]!r}?"
+        elif known:
+            msg += f" (known: {', '.join(sorted(known))})"
+    elif err["type"] in ("literal_error", "enum"):
+        expected = re.findall(r"'([^']*)'", str(err.get("ctx", {}).get("expected", "")))
+        guess = difflib.get_close_matches(str(err.get("input")), expected, n=1)
+        if guess:
+            msg += f"; did you mean {guess[0]!r}?"
+    return msg
+
+
+def _keys_at(model: type[BaseModel] | None, loc: tuple[Any, ...]) -> list[str]:
+    """The field names of the (nested) model at ``loc``, following lists, dicts and unions."""
+    current: Any = model
+    for part in loc:
+        current = _model_in(current)
+        if current is None:
+            return []
+        if isinstance(part, str) and part in current.model_fields:
+            current = current.model_fields[part].annotation
+        # a list index or dict key: the next step unwraps list[X] / dict[str, X] to X
+    found = _model_in(current)
+    return list(found.model_fields) if found else []
+
+
+def _model_in(tp: Any) -> type[BaseModel] | None:
+    """The BaseModel inside an annotation such as ``X | None``, ``list[X]``, ``dict[str, X]``."""
+    import typing
+
+    if isinstance(tp, type) and issubclass(tp, BaseModel):
+        return tp
+    for arg in reversed(typing.get_args(tp)):
+        found = _model_in(arg)
+        if found is not None:
+            return found
+    return None
 
 
 # --- workloads -------------------------------------------------------------------------------

@@ -193,7 +193,7 @@ def test_replayed_study_is_never_stale(filled, run_check):
 def test_bad_input_exits_2(filled, run_check, tmp_path: Path):
     _, db = filled
     code, _, err = run_check(db, [1, 2])
-    assert code == 2 and "JSON object" in err
+    assert code == 2 and "speculative-config object" in err
     code, _, err = run_check(db, None, "--study", "nope")
     assert code == 2
     runner = CliRunner()
@@ -203,7 +203,7 @@ def test_bad_input_exits_2(filled, run_check, tmp_path: Path):
             ["--db", str(db), "check", "--model", "tiny", "--workload", "code", "--config",
              str(tmp_path / "missing.json")],
         )  # fmt: skip
-        assert code == 2 and "file not found" in streams[1].getvalue().decode()
+        assert code == 2 and "no such file" in streams[1].getvalue().decode()
 
 
 # --- staleness against the installed vLLM ---------------------------------------------------

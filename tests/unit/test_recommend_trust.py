@@ -130,12 +130,13 @@ def test_partial_study_says_how_much_was_measured(tmp_path, db_path, autotune):
     store = Store(str(db_path))
     _replayed(store, tmp_path, "partial")
     api.run_study(store, "partial", max_configs=2)
-    store.set_study_status("partial", "stopped: --max-configs")
+    assert store.get_study("partial").status == "stopped: --max-configs"
     out = autotune("recommend", "--model", "org/tiny", "--workload", "code")
     assert out.exit_code == 0
     assert "2 of the 3 configs" in out.stderr and "stopped: --max-configs" in out.stderr
     explain = autotune("recommend", "--model", "org/tiny", "--workload", "code", "--explain")
-    assert "2 of 3 planned configs measured" in explain.stdout
+    assert "2 of 3 planned configs measured" in explain.stderr
+    json.loads(explain.stdout)  # the explanation is on stderr: stdout stays the config
     doc = json.loads(
         autotune("recommend", "--model", "org/tiny", "--workload", "code", "--json").stdout
     )

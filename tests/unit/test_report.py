@@ -255,7 +255,14 @@ def test_html_without_plotly_embeds_png(frame, tmp_path: Path):
     path = write_html(frame, tmp_path / "r.html", renderer="matplotlib")
     text = path.read_text()
     assert text.count("data:image/png;base64,") == 3
-    assert "eagle3 N=" in text and "<script" not in text
+    # one inline script (copy buttons, sorting, filtering); none fetched
+    assert "eagle3 N=" in text and text.count("<script") == 1 and "<script src=" not in text
+
+
+def test_html_default_embeds_scalable_svg(frame, tmp_path: Path):
+    text = write_html(frame, tmp_path / "r.html").read_text()
+    assert text.count("<figure") == 3 and text.count("<svg") >= 3
+    assert text.index('id="answer"') < text.index("<figure") < text.index('class="summary"')
 
 
 @pytest.mark.skipif(importlib.util.find_spec("plotly") is None, reason="plotly not installed")

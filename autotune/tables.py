@@ -1,0 +1,160 @@
+"""Tables for people and pipelines: one data model, three renderings that never cut a number.
+
+A :class:`TextTable` holds already formatted cells and says which columns hold numbers or ids.
+``plain`` prints aligned columns as wide as they need (what a pipe or a log file gets: nothing is
+ever shortened), ``tsv`` prints tab-separated values with every cell filled, and ``to_rich``
+builds a rich Table for a terminal whose number and id columns never wrap; when even those do
+not fit the terminal, :func:`fits` says so and the CLI prints the plain form instead of letting
+rich cut cells with "…".
+
+It imports nothing heavy, so listing commands stay fast; rich loads only for a terminal.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Kind = Literal["text", "number", "id"]
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    kind: Kind = "text"
+    """number and id cells are never wrapped or shortened; text cells may wrap on a terminal."""
+
+    @property
+    def whole(self) -> bool:
+        return self.kind != "text"
+
+
+@dataclass
+class TextTable:
+    columns: list[Column]
+    rows: list[list[str]] = field(default_factory=list)
+    title: str | None = None
+    caption: str | None = None
+    group: int = 0
+    """The first ``group`` columns are shown once per run of equal values (blank below it) in
+    the plain and rich forms; TSV repeats them so that every line stands alone."""
+    styles: list[str | None] = field(default_factory=list)
+    """A rich style per row (e.g. bold for the recommended config); ignored by plain and TSV."""
+
+    def add_row(self, *cells: Any, style: str | None = None) -> None:
+        self.rows.append(["" if c is None else str(c) for c in cells])
+        self.styles.append(style)
+
+    def _shown(self) -> list[list[str]]:
+        """Rows with repeated leading group cells blanked, as people read them."""
+        out: list[list[str]] = []
+        prev: list[str] | None = None
+        for row in self.rows:
+            shown = list(row)
+            if prev is not None and self.group and row[: self.group] == prev[: self.group]:
+                for i in range(self.group):
+                    shown[i] = ""
+            out.append(shown)
+            prev = row
+        return out
+
+    def _section_starts(self) -> set[int]:
+        if not self.group:
+            return set()
+        return {
+            i
+            for i in range(1, len(self.rows))
+            if self.rows[i][: self.group] != self.rows[i - 1][: self.group]
+        }
+
+
+def plain(table: TextTable) -> str:
+    """Aligned columns, two spaces apart, numbers right-aligned; no cell is ever shortened."""
+    shown = table._shown()
+    heads = [c.name for c in table.columns]
+    widths = [max([len(h)] + [len(r[i]) for r in shown]) for i, h in enumerate(heads)]
+
+    def line(cells: list[str]) -> str:
+        parts = [
+            cell.rjust(w) if col.kind == "number" else cell.ljust(w)
+            for cell, w, col in zip(cells, widths, table.columns, strict=True)
+        ]
+        return "  ".join(parts).rstrip()
+
+    lines = []
+    if table.title:
+        lines.append(table.title)
+    lines.append(line(heads))
+    lines.extend(line(r) for r in shown)
+    if table.caption:
+        lines.append(table.caption)
+    return "\n".join(lines)
+
+
+def tsv(table: TextTable) -> str:
+    """Tab-separated values with a header line; every cell filled, tabs/newlines replaced."""
+
+    def clean(cell: str) -> str:
+        return cell.replace("\t", " ").replace("\n", " ")
+
+    lines = ["\t".join(clean(c.name) for c in table.columns)]
+    lines.extend("\t".join(clean(c) for c in row) for row in table.rows)
+    return "\n".join(lines)
+
+
+_PAD = 1
+"""Spaces rich puts on each side of a cell with ``padding=(0, 1)``."""
+
+
+def required_width(table: TextTable) -> int:
+    """The narrowest a rich rendering can be with every number and id whole and every text
+    column at least as wide as its longest word."""
+    shown = table._shown()
+    total = 0
+    for i, col in enumerate(table.columns):
+        cells = [r[i] for r in shown]
+        if col.whole:
+            need = max([len(col.name)] + [len(c) for c in cells])
+        else:
+            words = [w for c in [col.name, *cells] for w in c.split()]
+            need = max([1] + [len(w) for w in words])
+        total += need + 2 * _PAD + 1
+    return total
+
+
+def fits(table: TextTable, width: int) -> bool:
+    return required_width(table) <= width
+
+
+def to_rich(table: TextTable) -> Any:
+    """A rich Table: number and id columns ``no_wrap`` at full width, text columns fold."""
+    from rich import box
+    from rich.table import Table
+
+    shown = table._shown()
+    out = Table(
+        box=box.SIMPLE_HEAD,
+        padding=(0, _PAD),
+        show_edge=False,
+        title=table.title,
+        title_justify="left",
+        caption=table.caption,
+        caption_justify="left",
+    )
+    for i, col in enumerate(table.columns):
+        widest = max([len(col.name)] + [len(r[i]) for r in shown])
+        if col.whole:
+            out.add_column(
+                col.name,
+                justify="right" if col.kind == "number" else "left",
+                no_wrap=True,
+                min_width=widest,
+            )
+        else:
+            out.add_column(col.name, overflow="fold")
+    starts = table._section_starts()
+    for i, (row, style) in enumerate(zip(shown, table.styles, strict=True)):
+        if i in starts:
+            out.add_section()
+        out.add_row(*row, style=style)
+    return out
