@@ -15,7 +15,7 @@ ACCEL := $(shell if [ -e /dev/kfd ] || command -v rocm-smi >/dev/null 2>&1; then
                  elif command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then echo cuda; \
                  else echo cpu; fi)
 
-.PHONY: install test test-unit test-integration lint format demo bench-search bench-stress recommend check clean help
+.PHONY: install test test-unit test-integration lint format demo bench-search bench-stress bench-scale recommend check clean help
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -67,6 +67,9 @@ bench-search:  ## every landscape in bench/landscapes x every search strategy x 
 
 bench-stress:  ## model vs tpe vs grid on 12 random landscapes nobody tuned the search on
 	$(PY) bench/stress.py --count 12 --seeds 2
+
+bench-scale:  ## a replay study on 1, 2, 4, 8 logical GPUs through the Ray pool: wall time, busy fraction
+	$(PY) bench/scale.py
 
 recommend:  ## print the recommended --speculative-config: make recommend MODEL=kimi WORKLOAD=code
 	$(AUTOTUNE) recommend --model $(MODEL) --workload $(WORKLOAD)

@@ -195,6 +195,8 @@ def show(ctx: Context, name: str, as_json: bool) -> None:
                         "failure_reason": t.failure_reason,
                         "engine_start_s": t.engine_start_s,
                         "engine_seconds": t.engine_seconds,
+                        "ray_node_id": t.ray_node_id,
+                        "device_ids": t.device_ids,
                     }
                     for t in trials
                 ],
@@ -228,7 +230,10 @@ def show(ctx: Context, name: str, as_json: bool) -> None:
     for w in resolved.warnings:
         con.print(f"[yellow]warning[/yellow] {w}")
     if trials:
-        t_table = Table("#", "config", "state", "start s", "engine s", "reason", title="trials")
+        t_table = Table(
+            "#", "config", "state", "start s", "engine s", "node", "devices", "reason",
+            title="trials",
+        )
         for t in trials:
             label = "baseline" if t.method == "none" else f"{t.method} N={t.num_speculative_tokens}"
             t_table.add_row(
@@ -237,6 +242,8 @@ def show(ctx: Context, name: str, as_json: bool) -> None:
                 t.state,
                 f"{t.engine_start_s:.1f}" if t.engine_start_s is not None else "-",
                 f"{t.engine_seconds:.1f}" if t.engine_seconds is not None else "-",
+                (t.ray_node_id or "-")[:8],
+                t.device_ids or "-",
                 t.failure_reason or "",
             )
         con.print(t_table)
@@ -279,6 +286,21 @@ def _run_options(f: Any) -> Any:
         help="At most N engines at once [default: one per GPU group; 1 on CPU].",
     )(f)
     f = click.option(
+        "--num-gpus",
+        type=click.IntRange(min=1),
+        default=None,
+        metavar="N",
+        help="Start the local Ray cluster with N logical GPUs (as on a GPU node; "
+        "replay studies then run N / TP engines at once).",
+    )(f)
+    f = click.option(
+        "--replay-time-scale",
+        type=click.FloatRange(min=0),
+        default=None,
+        metavar="F",
+        help="Replay engines sleep for their recorded start and measurement times x F.",
+    )(f)
+    f = click.option(
         "--max-configs",
         type=int,
         default=None,
@@ -301,6 +323,7 @@ def _run(
     max_engines: int | None,
     max_configs: int | None,
     verbose: bool,
+    **scale: Any,
 ) -> None:
     from autotune import api
     from autotune.cli.progress import RichReporter
@@ -315,6 +338,7 @@ def _run(
         max_configs=max_configs,
         reporter=RichReporter(console()),
         log_to_driver=verbose,
+        **scale,
     )
     click.echo(
         f"{summary.trials_run} engine configs measured, {summary.trials_failed} failed, "
@@ -336,6 +360,7 @@ def run(
     max_engines: int | None,
     max_configs: int | None,
     verbose: bool,
+    **scale: Any,
 ) -> None:
     """Measure a study's engine configs until its space or budget is exhausted.
 
@@ -348,7 +373,7 @@ def run(
       autotune study run tiny-cpu
       autotune study run kimi-k2.5 --ray-address auto
     """
-    _run(ctx, name, ray_address, max_engines, max_configs, verbose)
+    _run(ctx, name, ray_address, max_engines, max_configs, verbose, **scale)
 
 
 @study.command("resume")
@@ -362,6 +387,7 @@ def resume(
     max_engines: int | None,
     max_configs: int | None,
     verbose: bool,
+    **scale: Any,
 ) -> None:
     """Continue an interrupted study without re-measuring completed configs.
 
@@ -371,4 +397,4 @@ def resume(
     Example:
       autotune study resume tiny-cpu
     """
-    _run(ctx, name, ray_address, max_engines, max_configs, verbose)
+    _run(ctx, name, ray_address, max_engines, max_configs, verbose, **scale)

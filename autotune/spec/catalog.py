@@ -98,6 +98,24 @@ class Catalog(StrictModel):
         return None
 
 
+def tensor_parallel_for(tp: dict[str, int], platform: str, device: str | None = None) -> int:
+    """A catalog ``tensor_parallel_size`` for this machine: the detected device's key (``mi300x``,
+    ``mi355x``, ``h200``), else the platform's (``rocm``, ``cuda``, ``cpu``), else ``default``."""
+    for key in (device, platform, "default"):
+        if key and key in tp:
+            return tp[key]
+    return next(iter(tp.values()), 1)
+
+
+@functools.cache
+def detected_device_key() -> str | None:
+    """The catalog key of this host's first GPU (None on a CPU), detected once per process."""
+    from autotune.engine.platform import detect_device_name, device_key
+
+    name = detect_device_name()
+    return device_key(name) if name else None
+
+
 @functools.cache
 def load_catalog() -> Catalog:
     """The catalog shipped with the package (cached)."""
