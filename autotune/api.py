@@ -19,7 +19,7 @@ from autotune.spec.loader import (
     resolve_study,
     validate,
 )
-from autotune.spec.study import StudySpec
+from autotune.spec.study import ReplayEngineSpec, StudySpec
 from autotune.store import MeasurementRecord, Store, StudyRecord, TrialRecord
 
 
@@ -135,7 +135,7 @@ def _pool_factory(
     engine = resolved.spec.engine
     kind = engine.kind
     options: dict[str, Any] = {}
-    if kind == "replay":
+    if isinstance(engine, ReplayEngineSpec):
         landscape = Path(resolved.landscape or engine.landscape)
         options = {"landscape": str(landscape), "seed": resolved.spec.seed}
         if replay_time_scale:

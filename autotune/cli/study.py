@@ -230,10 +230,8 @@ def show(ctx: Context, name: str, as_json: bool) -> None:
     for w in resolved.warnings:
         con.print(f"[yellow]warning[/yellow] {w}")
     if trials:
-        t_table = Table(
-            "#", "config", "state", "start s", "engine s", "node", "devices", "reason",
-            title="trials",
-        )
+        columns = ("#", "config", "state", "start s", "engine s", "node", "devices", "reason")
+        t_table = Table(*columns, title="trials")
         for t in trials:
             label = "baseline" if t.method == "none" else f"{t.method} N={t.num_speculative_tokens}"
             t_table.add_row(

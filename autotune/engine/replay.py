@@ -12,8 +12,8 @@ not record fails like an engine would.
 from __future__ import annotations
 
 import random
-import time
 import statistics
+import time
 from collections import defaultdict
 from pathlib import Path
 

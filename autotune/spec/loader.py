@@ -17,7 +17,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from autotune.errors import SpecError
 from autotune.spec._base import StrictModel
-from autotune.spec.catalog import detected_device_key, tensor_parallel_for, load_catalog
+from autotune.spec.catalog import detected_device_key, load_catalog, tensor_parallel_for
 from autotune.spec.methods import METHODS, RuleContext, check, max_n
 from autotune.spec.study import MethodSpec, NRange, StudySpec
 from autotune.spec.workload import WorkloadSpec

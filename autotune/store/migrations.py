@@ -20,6 +20,7 @@ SCHEMA_VERSION = 2
 
 Migration = Callable[[Connection], None]
 
+
 def _v2_engine_placement(conn: Connection) -> None:
     """Schema 2: where each engine ran (Ray node id, device ids, engine start time)."""
     for ddl in ("ray_node_id VARCHAR(64)", "device_ids VARCHAR(256)", "engine_started_at FLOAT"):

@@ -173,8 +173,10 @@ def test_two_nodes_and_one_node_killed_mid_study(tmp_path: Path):
         cluster.wait_for_nodes()
         env = {**os.environ, "PYTHONPATH": str(REPO)}
         proc = subprocess.Popen(
-            [sys.executable, "-m", "autotune.cli", "--db", str(db), "study", "run", "nodes"]
-            + ["--ray-address", cluster.address, "--replay-time-scale", "0.01"],
+            [
+                *(sys.executable, "-m", "autotune.cli", "--db", str(db), "study", "run", "nodes"),
+                *("--ray-address", cluster.address, "--replay-time-scale", "0.01"),
+            ],
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,

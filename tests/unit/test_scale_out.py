@@ -117,8 +117,8 @@ def test_placement_is_stored_and_exported(tmp_path: Path, autotune):
     trial_id = store.start_trial(record, config, 0)
     info = EngineInfo(1.0, "0.32.0", "NVIDIA H200", "sm_90", "cuda", "node-abc", "3,4", 1e9)
     store.record_engine(trial_id, info)
-    from autotune.engine.replay import ReplayEngine
     from autotune.engine._base import MeasureSettings, PreparedWorkload
+    from autotune.engine.replay import ReplayEngine
 
     engine = ReplayEngine(land)
     engine.start(config)
@@ -131,7 +131,9 @@ def test_placement_is_stored_and_exported(tmp_path: Path, autotune):
     assert (row.ray_node_id, row.device_ids) == ("node-abc", "3,4")
 
     out = tmp_path / "m.csv"
-    assert autotune("--db", str(db), "report", "replayed", "--csv", str(out), db=False).exit_code == 0
+    assert (
+        autotune("--db", str(db), "report", "replayed", "--csv", str(out), db=False).exit_code == 0
+    )
     import pandas as pd
 
     df = pd.read_csv(out, dtype={"device_ids": str})
