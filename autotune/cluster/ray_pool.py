@@ -261,7 +261,7 @@ class RayPool:
         options: dict[str, Any] = {
             "runtime_env": {"env_vars": {**self._env, **dict(job.config.env)}},
             "max_restarts": 0,
-            "max_concurrency": 2,
+            "max_concurrency": 1,
         }
         if self.mode == "gpu":
             options["num_gpus"] = self.tp
@@ -322,7 +322,8 @@ class RayPool:
             # An actor that was never started (no node yet) may be waiting for devices: a
             # finished one gives its devices up rather than idling on them.
             waiting = any(r.step == 0 and not r.node_id for r in self._running.values())
-            self._release(run, keep=self.reuse_actors and not job.config.env and not waiting)
+            keep = self.reuse_actors and not job.config.env and not waiting
+            self._release(run, keep=keep, graceful=True)
             events.append(Finished(job.trial_id))
             return events
         run.ref = next_ref
@@ -341,22 +342,18 @@ class RayPool:
             return None
         return run.actor.measure.remote(cell.workload, cell.concurrency, cell.repeat, job.settings)
 
-    def _release(self, run: _Running, keep: bool) -> None:
-        """Stop the run's engine; keep its actor for the next job, or kill it."""
+    def _release(self, run: _Running, keep: bool, graceful: bool = False) -> None:
+        """Free the run's engine: ``graceful`` stops it first (a finished job); ``keep`` then
+        keeps its actor for the next job, otherwise the actor is killed."""
         ray = self._ray
-        if keep:
+        if graceful:
             try:
                 ray.get(run.actor.stop.remote(), timeout=120)
             except Exception:
                 keep = False
-            else:
+            if keep:
                 self._idle.append((run.actor, run.node_id))
                 return
-        elif run.step > 0:
-            # A failed or timed-out engine: ask it to stop before killing its process, so vLLM's
-            # worker processes do not outlive it; a dead actor answers at once.
-            with contextlib.suppress(Exception):
-                ray.get(run.actor.stop.remote(), timeout=10)
         with contextlib.suppress(Exception):
             ray.kill(run.actor, no_restart=True)
 
