@@ -104,6 +104,16 @@ def test_actor_exports_its_device_ids(tmp_path: Path):
         assert "ROCR_VISIBLE_DEVICES" not in env
 
 
+def test_vllm_keeps_the_mp_executor_we_pass():
+    """vLLM's own ParallelConfig keeps an explicit ``mp`` for TP = 2 (its default choice is
+    what differs inside a placement group: see the next test)."""
+    pytest.importorskip("vllm")
+    from vllm.config import ParallelConfig
+
+    pc = ParallelConfig(tensor_parallel_size=2, distributed_executor_backend="mp")
+    assert pc.distributed_executor_backend == "mp"
+
+
 def test_vllm_picks_ray_in_a_placement_group_and_its_ray_executor_rejects_a_tp_bundle():
     """Why autotune gives a TP engine its GPUs on the actor and vLLM's mp executor: inside a
     capturing placement group vLLM 0.32 chooses its Ray executor by itself, and that executor

@@ -93,16 +93,6 @@ def test_tp_engines_get_the_mp_executor_and_the_user_cannot_override_it():
         build_engine_kwargs(bad, platform="cuda", resolve=str)
 
 
-def test_vllm_keeps_the_mp_executor_we_pass():
-    """vLLM's own ParallelConfig keeps an explicit ``mp`` for TP = 2 (its default choice is
-    what differs inside a placement group; tests/integration/test_scale_out.py shows that)."""
-    pytest.importorskip("vllm")
-    from vllm.config import ParallelConfig
-
-    pc = ParallelConfig(tensor_parallel_size=2, distributed_executor_backend="mp")
-    assert pc.distributed_executor_backend == "mp"
-
-
 def test_placement_is_stored_and_exported(tmp_path: Path, autotune):
     """Ray node and device ids travel from EngineInfo to the trial, every measurement row, the
     CSV columns ``ray_node_id``/``device_ids`` and ``study show``."""
