@@ -60,10 +60,10 @@ def _replay_study(store: Store, name: str, tp: int) -> None:
     api.create_study(store, data=data, source=str(LANDSCAPE))
 
 
-@pytest.mark.parametrize(("gpus", "tp"), [(4, 1), (8, 4)])
+@pytest.mark.parametrize(("gpus", "tp"), [(4, 1), (8, 4), (8, 8)])
 def test_engines_run_in_parallel_on_disjoint_devices(tmp_path: Path, gpus: int, tp: int):
-    """4 logical GPUs run 4 TP = 1 engines at once; 8 run 2 TP = 4 engines. Engines whose windows
-    overlapped never shared a device, and each held exactly TP devices."""
+    """4 logical GPUs run 4 TP = 1 engines at once; 8 run 2 TP = 4 engines, or 1 TP = 8 engine.
+    Engines whose windows overlapped never shared a device, and each held exactly TP devices."""
     store = Store(str(tmp_path / "s.db"))
     _replay_study(store, "par", tp)
     summary = api.run_study(store, "par", num_gpus=gpus, replay_time_scale=0.002)
@@ -79,6 +79,33 @@ def test_engines_run_in_parallel_on_disjoint_devices(tmp_path: Path, gpus: int, 
     assert {(r.ray_node_id, r.device_ids) for r in rows} <= {
         (t.ray_node_id, t.device_ids) for t in trials
     }
+
+
+def test_slots_count_whole_engines_per_node():
+    """An engine's GPUs lie on one node: nodes of 3 and 5 GPUs hold one TP = 4 engine (the
+    cluster's 8 GPUs // 4 would say 2), and a TP larger than every node is refused with the
+    reason."""
+    from ray.cluster_utils import Cluster
+
+    from autotune.cluster.ray_pool import RayPool
+    from autotune.errors import AutotuneError
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "num_gpus": 3})
+    try:
+        cluster.add_node(num_cpus=1, num_gpus=5)
+        cluster.wait_for_nodes()
+        pool = RayPool(engine_kind="replay", tensor_parallel_size=4, address=cluster.address)
+        try:
+            assert (pool.mode, pool.slots) == ("gpu", 1)
+        finally:
+            pool.shutdown()
+        with pytest.raises(AutotuneError, match="no Ray node has 8 GPUs"):
+            RayPool(engine_kind="replay", tensor_parallel_size=8, address=cluster.address)
+    finally:
+        import ray
+
+        ray.shutdown()
+        cluster.shutdown()
 
 
 def test_actor_exports_its_device_ids(tmp_path: Path):
