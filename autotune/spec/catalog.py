@@ -48,7 +48,8 @@ class ModelEntry(StrictModel):
     source: str | None = Field(None, description="Model card URL.")
     tensor_parallel_size: dict[str, int] = Field(
         default_factory=lambda: {"default": 1},
-        description="Typical tensor_parallel_size per device (mi300x, mi355x, h200, cpu, default).",
+        description="Typical tensor_parallel_size per device (mi300x, mi355x, h200: read for the "
+        "detected GPU), else per platform (rocm, cuda, cpu), else default.",
     )
     mla_attention: bool = Field(
         False, description="MLA attention (Kimi, DeepSeek): ROCm AITER decode caps N at 3."
