@@ -17,7 +17,7 @@ ACCEL := $(shell if [ -e /dev/kfd ] || command -v rocm-smi >/dev/null 2>&1; then
                  elif command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then echo cuda; \
                  else echo cpu; fi)
 
-.PHONY: install test test-unit test-integration lint format demo bench-search bench-stress bench-cli recommend check clean help
+.PHONY: install test test-unit test-integration lint format demo bench-search bench-stress bench-cli bench-scale recommend check clean help
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -79,6 +79,9 @@ bench-stress: $(STAMP)  ## model vs tpe vs grid on 12 random landscapes nobody t
 
 bench-cli: $(STAMP)  ## wall time of the read-only commands (recommend, check, study list/show, report) beside `import autotune`
 	$(PY) bench/cli_time.py
+
+bench-scale: $(STAMP)  ## a replay study on 1, 2, 4, 8 logical GPUs through the Ray pool: wall time, busy fraction
+	$(PY) bench/scale.py
 
 recommend: $(STAMP)  ## print the recommended --speculative-config: make recommend MODEL=kimi WORKLOAD=code
 	$(AUTOTUNE) recommend --model $(MODEL) --workload $(WORKLOAD)

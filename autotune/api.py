@@ -19,7 +19,7 @@ from autotune.spec.loader import (
     resolve_study,
     validate,
 )
-from autotune.spec.study import StudySpec
+from autotune.spec.study import ReplayEngineSpec, StudySpec
 from autotune.store import MeasurementRecord, Store, StudyRecord, TrialRecord
 
 
@@ -108,13 +108,27 @@ def run_study(
     max_configs: int | None = None,
     reporter: Any = None,
     log_to_driver: bool = False,
+    num_gpus: int | None = None,
+    replay_time_scale: float | None = None,
 ) -> Any:
-    """Run (or resume) a study until its space or budget is exhausted."""
+    """Run (or resume) a study until its space or budget is exhausted.
+
+    ``num_gpus`` starts the local Ray cluster with that many logical GPUs; replay engines sleep
+    for their recorded times × ``replay_time_scale`` (see ``_pool_factory``).
+    """
     from autotune.search.tuner import Tuner
 
     record = store.get_study(name)
     resolved = ResolvedStudy.from_json(record.resolved_json)
-    factory = _pool_factory(resolved, record, ray_address, max_engines, log_to_driver)
+    factory = _pool_factory(
+        resolved,
+        record,
+        ray_address,
+        max_engines,
+        log_to_driver,
+        num_gpus=num_gpus,
+        replay_time_scale=replay_time_scale,
+    )
     # Trials a dead driver left running: their engines are gone, measure them again.
     store.abandon_running_trials(record)
     tuner = Tuner(store, record, factory, reporter=reporter)
@@ -129,28 +143,44 @@ def _pool_factory(
     ray_address: str | None,
     max_engines: int | None,
     log_to_driver: bool,
+    *,
+    num_gpus: int | None = None,
+    replay_time_scale: float | None = None,
 ) -> Callable[[ResolvedStudy], Any]:
+    """The pool a study runs on.
+
+    vLLM engines always run in Ray actors. A replay study runs in-process (one engine at a time,
+    no Ray) unless a Ray address or logical GPUs are given: then it goes through the same Ray
+    pool as real engines, N / TP replay engines at once on disjoint devices, which is how the
+    scale-out path is tested without vLLM.
+    """
     engine = resolved.spec.engine
-    if engine.kind == "replay":
-        from autotune.cluster.local import LocalPool
-        from autotune.engine.replay import ReplayEngine
-
+    kind = engine.kind
+    options: dict[str, Any] = {}
+    if isinstance(engine, ReplayEngineSpec):
         landscape = Path(resolved.landscape or engine.landscape)
-        seed = resolved.spec.seed
+        options = {"landscape": str(landscape), "seed": resolved.spec.seed}
+        if replay_time_scale:
+            options["time_scale"] = replay_time_scale
+        if ray_address is None and num_gpus is None:
+            from autotune.cluster.local import LocalPool
+            from autotune.engine.replay import ReplayEngine
 
-        def replay_pool(_: ResolvedStudy) -> Any:
-            return LocalPool(lambda: ReplayEngine(landscape=landscape, seed=seed))
+            def replay_pool(_: ResolvedStudy) -> Any:
+                return LocalPool(lambda: ReplayEngine(**options))
 
-        return replay_pool
+            return replay_pool
 
     def ray_pool(study: ResolvedStudy) -> Any:
         from autotune.cluster.ray_pool import RayPool
 
         return RayPool(
-            engine_kind="vllm",
+            engine_kind=kind,
+            engine_options=options,
             tensor_parallel_size=study.tensor_parallel_size,
             address=ray_address,
             max_engines=max_engines,
+            num_gpus=num_gpus,
             log_to_driver=log_to_driver,
         )
 

@@ -225,6 +225,8 @@ def show(ctx: Context, name: str, as_json: bool, fmt: str) -> None:
                         "failure_reason": t.failure_reason,
                         "engine_start_s": t.engine_start_s,
                         "engine_seconds": t.engine_seconds,
+                        "ray_node_id": t.ray_node_id,
+                        "device_ids": t.device_ids,
                     }
                     for t in trials
                 ],
@@ -271,6 +273,8 @@ def show(ctx: Context, name: str, as_json: bool, fmt: str) -> None:
                 Column("state"),
                 Column("start s", "number"),
                 Column("engine s", "number"),
+                Column("node", "id"),
+                Column("devices", "id"),
                 Column("reason"),
             ],
             title="trials",
@@ -283,6 +287,8 @@ def show(ctx: Context, name: str, as_json: bool, fmt: str) -> None:
                 t.state,
                 f"{t.engine_start_s:.1f}" if t.engine_start_s is not None else "-",
                 f"{t.engine_seconds:.1f}" if t.engine_seconds is not None else "-",
+                (t.ray_node_id or "-")[:8],
+                t.device_ids or "-",
                 t.failure_reason or "",
             )
         emit_table(t_table, fmt)
@@ -328,6 +334,21 @@ def _run_options(f: Any) -> Any:
         help="At most N engines at once [default: one per GPU group; 1 on CPU].",
     )(f)
     f = click.option(
+        "--num-gpus",
+        type=click.IntRange(min=1),
+        default=None,
+        metavar="N",
+        help="Start the local Ray cluster with N logical GPUs (as on a GPU node; "
+        "replay studies then run N / TP engines at once).",
+    )(f)
+    f = click.option(
+        "--replay-time-scale",
+        type=click.FloatRange(min=0),
+        default=None,
+        metavar="F",
+        help="Replay engines sleep for their recorded start and measurement times x F.",
+    )(f)
+    f = click.option(
         "--max-configs",
         type=int,
         default=None,
@@ -363,6 +384,8 @@ def _run(
     verbose: bool,
     quiet: bool,
     no_progress: bool,
+    num_gpus: int | None,
+    replay_time_scale: float | None,
 ) -> None:
     from autotune import api
     from autotune.cli.progress import make_reporter
@@ -380,6 +403,8 @@ def _run(
         max_configs=max_configs,
         reporter=make_reporter(quiet=quiet, no_progress=no_progress),
         log_to_driver=verbose,
+        num_gpus=num_gpus,
+        replay_time_scale=replay_time_scale,
     )
     click.echo(
         f"{summary.trials_run} engine configs measured, {summary.trials_failed} failed, "
@@ -440,6 +465,8 @@ def run(
     verbose: bool,
     quiet: bool,
     no_progress: bool,
+    num_gpus: int | None,
+    replay_time_scale: float | None,
 ) -> None:
     """Measure a study's engine configs until its space or budget is exhausted.
 
@@ -456,7 +483,18 @@ def run(
       autotune study run tiny-cpu
       autotune study run kimi-k2.5 --ray-address auto
     """
-    _run(ctx, name, ray_address, max_engines, max_configs, verbose, quiet, no_progress)
+    _run(
+        ctx,
+        name,
+        ray_address,
+        max_engines,
+        max_configs,
+        verbose,
+        quiet,
+        no_progress,
+        num_gpus=num_gpus,
+        replay_time_scale=replay_time_scale,
+    )
 
 
 @study.command("resume")
@@ -472,6 +510,8 @@ def resume(
     verbose: bool,
     quiet: bool,
     no_progress: bool,
+    num_gpus: int | None,
+    replay_time_scale: float | None,
 ) -> None:
     """Continue an interrupted study without re-measuring completed configs.
 
@@ -481,4 +521,15 @@ def resume(
     Example:
       autotune study resume tiny-cpu
     """
-    _run(ctx, name, ray_address, max_engines, max_configs, verbose, quiet, no_progress)
+    _run(
+        ctx,
+        name,
+        ray_address,
+        max_engines,
+        max_configs,
+        verbose,
+        quiet,
+        no_progress,
+        num_gpus=num_gpus,
+        replay_time_scale=replay_time_scale,
+    )

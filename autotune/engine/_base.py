@@ -104,6 +104,14 @@ class EngineInfo:
     """gfx942, gfx950, sm_90, cpu."""
     platform: str
     """rocm, cuda or cpu."""
+    ray_node_id: str = ""
+    """The Ray node the engine ran on ("" outside Ray)."""
+    device_ids: str = ""
+    """The accelerator ids Ray assigned to the engine process, comma-separated ("0,1"; "" when
+    it got none, as on the CPU)."""
+    engine_started_at: float = 0.0
+    """Unix time the engine start began in its process (0 when unknown): with the trial's end it
+    bounds the window in which the engine held its devices."""
 
 
 @dataclass(frozen=True)

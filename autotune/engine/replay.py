@@ -1,15 +1,19 @@
 """The ``replay`` backend: serves a recorded landscape as if it were engines.
 
 Starting a config costs its recorded ``engine_start_s``; a measurement costs its recorded
-``measure_s`` and returns one recorded repeat, chosen with a seeded RNG. No time passes: the costs
-are reported, and the tuner's engine-second accounting adds them up. Nothing is invented: a
-config or cell the landscape did not record fails like an engine would.
+``measure_s`` and returns one recorded repeat, chosen with a seeded RNG. By default no time
+passes: the costs are reported, and the tuner's engine-second accounting adds them up. With
+``time_scale`` the engine also sleeps for the recorded times multiplied by it (e.g. 0.001), so
+several replay engines in a Ray pool overlap in wall time the way real engines would: the scale
+tests and ``make bench-scale`` run on it. Nothing is invented: a config or cell the landscape did
+not record fails like an engine would.
 """
 
 from __future__ import annotations
 
 import random
 import statistics
+import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -32,7 +36,10 @@ this many drafts, so a_i and the acceptance length survive to six digits."""
 class ReplayEngine(Engine):
     """Answers from a landscape CSV; one engine config at a time, like a real engine."""
 
-    def __init__(self, landscape: Path | str, seed: int = 0):
+    def __init__(self, landscape: Path | str, seed: int = 0, time_scale: float = 0.0):
+        if time_scale < 0:
+            raise ValueError(f"time_scale must be >= 0, not {time_scale}")
+        self.time_scale = time_scale
         self.path = Path(landscape)
         self.points = read_landscape(self.path)
         self.digest = digest(self.path)
@@ -58,8 +65,10 @@ class ReplayEngine(Engine):
         # Each config draws its own repeats: one shared stream would give every config the same
         # repeat indices, hence the same spread.
         self._rng = random.Random(f"{self.seed}:{config.key()}")
+        start_s = statistics.median(p.engine_start_s for p in rows)
+        self._sleep(start_s)
         return EngineInfo(
-            engine_start_s=statistics.median(p.engine_start_s for p in rows),
+            engine_start_s=start_s,
             vllm_version=f"replay:{self.path.name}",
             device_name="replayed landscape",
             device_arch="replay",
@@ -86,6 +95,7 @@ class ReplayEngine(Engine):
                 f"{self._current[0]} N={self._current[2]}"
             )
         p = self._rng.choice(sorted(rows, key=lambda r: r.repeat))
+        self._sleep(p.measure_s)
         accepted = tuple(round(a * REPLAY_DRAFTS) for a in p.acceptance_per_pos)
         drafts = REPLAY_DRAFTS if p.acceptance_per_pos else 0
         n_out = p.output_throughput_tok_s * p.measure_s
@@ -110,3 +120,7 @@ class ReplayEngine(Engine):
 
     def stop(self) -> None:
         self._current = None
+
+    def _sleep(self, recorded_s: float) -> None:
+        if self.time_scale > 0:
+            time.sleep(recorded_s * self.time_scale)

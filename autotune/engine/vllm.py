@@ -48,6 +48,8 @@ RESERVED_ENGINE_ARGS: dict[str, str] = {
     "tensor_parallel_size": "comes from the engine config's tensor_parallel_size",
     "enable_prefix_caching": "the measurement protocol turns prefix caching off",
     "disable_log_stats": "the spec-decode counters need vLLM's stats",
+    "distributed_executor_backend": "a TP > 1 engine runs vLLM's mp executor inside its Ray "
+    "actor (see autotune.cluster.ray_pool)",
 }
 """Engine args autotune sets itself: a user value would break the protocol or the config key."""
 
@@ -102,6 +104,11 @@ def build_engine_kwargs(
         "enable_prefix_caching": False,
         "disable_log_stats": False,
     }
+    if config.tensor_parallel_size > 1:
+        # Inside a Ray actor vLLM would otherwise choose its Ray executor whenever a placement
+        # group is current, and that executor rejects bundles of more than one GPU; the mp
+        # executor's workers inherit the actor's visible devices instead.
+        kwargs["distributed_executor_backend"] = "mp"
     if platform == "cpu":
         for key, value in CPU_DEFAULTS.items():
             user.setdefault(key, value)

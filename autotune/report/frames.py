@@ -70,6 +70,8 @@ _TRAILING = [
     "vllm_version",
     "device_name",
     "device_arch",
+    "ray_node_id",
+    "device_ids",
     "engine_args",
     "env",
     "created_at",

@@ -48,7 +48,8 @@ class ModelEntry(StrictModel):
     source: str | None = Field(None, description="Model card URL.")
     tensor_parallel_size: dict[str, int] = Field(
         default_factory=lambda: {"default": 1},
-        description="Typical tensor_parallel_size per device (mi300x, mi355x, h200, cpu, default).",
+        description="Typical tensor_parallel_size per device (mi300x, mi355x, h200: read for the "
+        "detected GPU), else per platform (rocm, cuda, cpu), else default.",
     )
     mla_attention: bool = Field(
         False, description="MLA attention (Kimi, DeepSeek): ROCm AITER decode caps N at 3."
@@ -96,6 +97,24 @@ class Catalog(StrictModel):
             if entry.model == model:
                 return alias, entry
         return None
+
+
+def tensor_parallel_for(tp: dict[str, int], platform: str, device: str | None = None) -> int:
+    """A catalog ``tensor_parallel_size`` for this machine: the detected device's key (``mi300x``,
+    ``mi355x``, ``h200``), else the platform's (``rocm``, ``cuda``, ``cpu``), else ``default``."""
+    for key in (device, platform, "default"):
+        if key and key in tp:
+            return tp[key]
+    return next(iter(tp.values()), 1)
+
+
+@functools.cache
+def detected_device_key() -> str | None:
+    """The catalog key of this host's first GPU (None on a CPU), detected once per process."""
+    from autotune.engine.platform import detect_device_name, device_key
+
+    name = detect_device_name()
+    return device_key(name) if name else None
 
 
 @functools.cache

@@ -18,7 +18,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from autotune.errors import SpecError
 from autotune.spec._base import StrictModel
-from autotune.spec.catalog import load_catalog
+from autotune.spec.catalog import detected_device_key, load_catalog, tensor_parallel_for
 from autotune.spec.drafts import block_draft, unknown_block_reason
 from autotune.spec.methods import METHODS, RuleContext, check, dspark_n, max_n
 from autotune.spec.study import MethodSpec, NRange, StudySpec
@@ -388,7 +388,9 @@ def _looks_like_alias(name: str) -> bool:
 
 
 def _catalog_tp(tp: dict[str, int], platform: str) -> int:
-    return tp.get(platform, tp.get("default", next(iter(tp.values()), 1)))
+    # The device key (mi300x, h200, ...) is only known for the machine autotune runs on.
+    device = detected_device_key() if platform == current_platform() else None
+    return tensor_parallel_for(tp, platform, device)
 
 
 def _local_config(ref: str | None) -> dict[str, Any] | None:

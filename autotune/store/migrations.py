@@ -16,11 +16,20 @@ from sqlalchemy import Connection, insert, inspect, select, text, update
 from autotune.errors import StoreError
 from autotune.store.tables import Base, MetaRow
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 Migration = Callable[[Connection], None]
 
-MIGRATIONS: dict[int, Migration] = {}
+
+def _v2_engine_placement(conn: Connection) -> None:
+    """Schema 2: where each engine ran (Ray node id, device ids, engine start time)."""
+    for ddl in ("ray_node_id VARCHAR(64)", "device_ids VARCHAR(256)", "engine_started_at FLOAT"):
+        add_column(conn, "autotune_trials", ddl)
+    for ddl in ("ray_node_id VARCHAR(64)", "device_ids VARCHAR(256)"):
+        add_column(conn, "autotune_measurements", ddl)
+
+
+MIGRATIONS: dict[int, Migration] = {2: _v2_engine_placement}
 """Step functions by the version they produce (2, 3, ...)."""
 
 

@@ -50,6 +50,9 @@ class TrialRecord:
     platform: str | None
     started_at: datetime
     finished_at: datetime | None
+    ray_node_id: str | None = None
+    device_ids: str | None = None
+    engine_started_at: float | None = None
 
 
 @dataclass(frozen=True)
@@ -92,6 +95,10 @@ class MeasurementRecord:
     engine_args: dict[str, Any]
     env: dict[str, str]
     created_at: datetime
+    ray_node_id: str | None = None
+    """The Ray node the engine ran on (None outside Ray, or stored before schema 2)."""
+    device_ids: str | None = None
+    """The accelerator ids the engine held, comma-separated ("" on the CPU)."""
 
 
 @dataclass(frozen=True)

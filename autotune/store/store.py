@@ -265,6 +265,9 @@ class Store:
             row.device_name = info.device_name
             row.device_arch = info.device_arch
             row.platform = info.platform
+            row.ray_node_id = info.ray_node_id or None
+            row.device_ids = info.device_ids
+            row.engine_started_at = info.engine_started_at or None
 
     def add_measurement(
         self, trial_id: int, m: Measurement, info: EngineInfo, config: EngineConfig
@@ -299,6 +302,8 @@ class Store:
                     vllm_version=info.vllm_version,
                     device_name=info.device_name,
                     device_arch=info.device_arch,
+                    ray_node_id=info.ray_node_id or None,
+                    device_ids=info.device_ids,
                     engine_args=dict(config.engine_args),
                     env=dict(config.env),
                 )
@@ -471,6 +476,9 @@ def _trial_record(r: TrialRow) -> TrialRecord:
         platform=r.platform,
         started_at=r.started_at,
         finished_at=r.finished_at,
+        ray_node_id=r.ray_node_id,
+        device_ids=r.device_ids,
+        engine_started_at=r.engine_started_at,
     )
 
 
@@ -514,4 +522,6 @@ def _measurement_record(m: MeasurementRow, t: TrialRow, st: StudyRow) -> Measure
         engine_args=dict(m.engine_args or {}),
         env=dict(m.env or {}),
         created_at=m.created_at,
+        ray_node_id=m.ray_node_id,
+        device_ids=m.device_ids,
     )

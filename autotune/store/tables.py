@@ -73,6 +73,10 @@ class TrialRow(Base):
     device_name: Mapped[str | None] = mapped_column(String(256))
     device_arch: Mapped[str | None] = mapped_column(String(64))
     platform: Mapped[str | None] = mapped_column(String(16))
+    # Where the engine ran (schema 2): Ray node, the device ids it held, when it started.
+    ray_node_id: Mapped[str | None] = mapped_column(String(64))
+    device_ids: Mapped[str | None] = mapped_column(String(256))
+    engine_started_at: Mapped[float | None] = mapped_column(Float)
     started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
@@ -118,6 +122,8 @@ class MeasurementRow(Base):
     vllm_version: Mapped[str] = mapped_column(String(64))
     device_name: Mapped[str] = mapped_column(String(256))
     device_arch: Mapped[str] = mapped_column(String(64))
+    ray_node_id: Mapped[str | None] = mapped_column(String(64))
+    device_ids: Mapped[str | None] = mapped_column(String(256))
     engine_args: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     env: Mapped[dict[str, str]] = mapped_column(JSON, default=dict)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
