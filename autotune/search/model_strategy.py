@@ -155,10 +155,23 @@ class ModelStrategy:
         if anchor is not None:
             return anchor
         ranked = self.candidates(state)
-        if not ranked:
+        # Several N of one method are strongly tied: one run refits that method's model and
+        # usually rules the others out. While one of its configs runs, another is started
+        # alongside only when the model expects it (not merely allows it) to win.
+        running = {(c.method, c.draft) for c in state.space.configs() if c.key() in state.in_flight}
+        sure = 1 + self.margin_pct / 100
+        pick = next(
+            (
+                c
+                for c in ranked
+                if (c.config.method, c.config.draft) not in running or c.gain > sure
+            ),
+            None,
+        )
+        if pick is None:
             return None
-        self._levels[ranked[0].config.key()] = ranked[0].levels
-        return ranked[0].config
+        self._levels[pick.config.key()] = pick.levels
+        return pick.config
 
     # --- what each engine measures ------------------------------------------------------------
 
@@ -341,13 +354,30 @@ class ModelStrategy:
         incumbent = self._incumbent(cells, noise)
         baseline = space.baseline()
         base_cells = cells.get(_spec_key(None), {}) if baseline is not None else {}
-        found: dict[str, Candidate] = {}
+        fitted = []
         for option in _speculative(space):
             configs = {n: space.config(option, n) for n in option.n_values}
             if not any(state.done.get(c.key()) is not None for c in configs.values()):
                 continue
             mine = {n: cells.get(_spec_key(c.speculative_config()), {}) for n, c in configs.items()}
             models = {w: self._fit(option, mine, base_cells, w, noise) for w in workloads}
+            fitted.append((option, configs, mine, models))
+        # Configs still running count as measured at their predicted throughput ("believer"
+        # batching, as batch Bayesian optimization proposes several points at once): a second
+        # proposal made while they run must beat what they are expected to reach, so parallel
+        # slots are not spent on configs that only matter if a running one disappoints.
+        for option, configs, _, models in fitted:
+            for n, config in configs.items():
+                if config.key() not in state.in_flight or config.key() == (
+                    include.key() if include else None
+                ):
+                    continue
+                for w, c in self._levels.get(config.key(), frozenset(levels)):
+                    pred = models[w].predict(option.method, n, c) if w in models else None
+                    if pred is not None and pred.known and (w, c) in incumbent:
+                        incumbent[(w, c)] = max(incumbent[(w, c)], pred.throughput_tok_s)
+        found: dict[str, Candidate] = {}
+        for option, configs, mine, models in fitted:
             open_n = [n for n, c in configs.items() if c.key() not in taken]
             # With one N measured, the split of the step cost into fixed and per-token parts
             # (and any knee) is a prior: its range is widened by prior_slack.

@@ -165,6 +165,8 @@ class Tuner:
         self.everywhere: set[str] = set()
         """Configs measured at every level: the ones "best so far" compares."""
         self.inflight: dict[int, _Trial] = {}
+        self._rows: list[MeasurementRecord] | None = None
+        """The finished trials' stored measurements (None: read them again)."""
         self.started = 0
         self.engine_seconds = 0.0
 
@@ -175,12 +177,17 @@ class Tuner:
         self.reporter.begin(strategy.planned(self._state()), len(self.done))
         self.store.set_study_status(self.record.name, "running")
         stop, status, final = "", "", "interrupted"
+        asked: tuple[int, int] | None = None  # (finished trials, free slots) at the last ask
         try:
             while True:
                 if not stop:
                     stop, status = self._budget_hit(max_configs)
-                if not stop and pool.busy < pool.slots:
-                    proposals = strategy.propose(self._state(), pool.slots - pool.busy)
+                free = pool.slots - pool.busy
+                # The strategy sees finished trials only: ask again once one finished or a
+                # slot freed up, not on every poll.
+                if not stop and free > 0 and asked != (len(self.done), free):
+                    asked = (len(self.done), free)
+                    proposals = strategy.propose(self._state(), free)
                     for config in proposals:
                         self._submit(pool, job, config, strategy)
                     if not proposals and not self.inflight:
@@ -224,7 +231,10 @@ class Tuner:
         return self.strategy or make_strategy(spec.sampler, self.study, self.mirror)
 
     def _state(self, leave_out: int | None = None) -> SearchState:
-        rows = self.store.measurements(study=self.record.name)
+        # Stored rows of finished trials: they change only when a trial finishes.
+        if self._rows is None:
+            self._rows = self.store.measurements(study=self.record.name)
+        rows = self._rows
         return SearchState(
             study=self.study,
             space=self.space,
@@ -278,6 +288,7 @@ class Tuner:
         )
         key = run.config.key()
         self.done[key] = value
+        self._rows = None
         if reason is not None:
             self.summary.trials_failed += 1
             self.summary.failures.append((run.config.label(), reason))
