@@ -286,6 +286,12 @@ def _run_options(f: Any) -> Any:
         help="Stop after N engine configs in this run (resume continues).",
     )(f)
     f = click.option(
+        "--wait",
+        is_flag=True,
+        help="If another driver is running the study, wait for it to finish instead of "
+        "exiting with code 2.",
+    )(f)
+    f = click.option(
         "--verbose",
         "-v",
         is_flag=True,
@@ -301,6 +307,7 @@ def _run(
     max_engines: int | None,
     max_configs: int | None,
     verbose: bool,
+    wait: bool = False,
 ) -> None:
     from autotune import api
     from autotune.cli.progress import RichReporter
@@ -315,6 +322,8 @@ def _run(
         max_configs=max_configs,
         reporter=RichReporter(console()),
         log_to_driver=verbose,
+        wait=wait,
+        on_wait=lambda why: click.echo(f"autotune: waiting: {why}", err=True),
     )
     click.echo(
         f"{summary.trials_run} engine configs measured, {summary.trials_failed} failed, "
@@ -336,6 +345,7 @@ def run(
     max_engines: int | None,
     max_configs: int | None,
     verbose: bool,
+    wait: bool,
 ) -> None:
     """Measure a study's engine configs until its space or budget is exhausted.
 
@@ -348,7 +358,7 @@ def run(
       autotune study run tiny-cpu
       autotune study run kimi-k2.5 --ray-address auto
     """
-    _run(ctx, name, ray_address, max_engines, max_configs, verbose)
+    _run(ctx, name, ray_address, max_engines, max_configs, verbose, wait)
 
 
 @study.command("resume")
@@ -362,6 +372,7 @@ def resume(
     max_engines: int | None,
     max_configs: int | None,
     verbose: bool,
+    wait: bool,
 ) -> None:
     """Continue an interrupted study without re-measuring completed configs.
 
@@ -371,4 +382,4 @@ def resume(
     Example:
       autotune study resume tiny-cpu
     """
-    _run(ctx, name, ray_address, max_engines, max_configs, verbose)
+    _run(ctx, name, ray_address, max_engines, max_configs, verbose, wait)

@@ -16,11 +16,19 @@ from sqlalchemy import Connection, insert, inspect, select, text, update
 from autotune.errors import StoreError
 from autotune.store.tables import Base, MetaRow
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 Migration = Callable[[Connection], None]
 
-MIGRATIONS: dict[int, Migration] = {}
+
+def _add_leases(conn: Connection) -> None:
+    """2: the ``autotune_leases`` table (one live driver per study)."""
+    from autotune.store.tables import LeaseRow
+
+    LeaseRow.__table__.create(conn, checkfirst=True)  # type: ignore[attr-defined]
+
+
+MIGRATIONS: dict[int, Migration] = {2: _add_leases}
 """Step functions by the version they produce (2, 3, ...)."""
 
 
