@@ -443,7 +443,7 @@ def check_engine_args(args: dict[str, Any], source: str) -> None:
             source=source,
             field="model.engine_args",
         )
-    known = vllm_engine_arg_names()
+    known = vllm_engine_arg_names() if args else None  # importing vLLM takes seconds
     if known is not None:
         for key in args:
             if key not in known:

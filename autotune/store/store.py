@@ -445,6 +445,16 @@ class Store:
             except StoreError:
                 pass  # someone holds it (or just took it): report them
             holder = self.lease_holder(study)
+            if holder is not None and holder.host == lease.host and not _pid_alive(holder.pid):
+                # A driver on this host that was killed (kill -9, OOM): no need to wait for
+                # its lease to lapse. Expire it and try again.
+                with self.session() as s:
+                    s.execute(
+                        update(LeaseRow)
+                        .where(LeaseRow.study_name == study, LeaseRow.token == holder.token)
+                        .values(expires_at=now - timedelta(seconds=1))
+                    )
+                continue
             if holder is not None:
                 raise StudyBusyError(
                     f"study {study!r} is being run by PID {holder.pid} on {holder.host} since "
@@ -462,6 +472,7 @@ class Store:
             if row is None or _aware(row.expires_at) < utcnow():
                 return None
             return LeaseHolder(
+                token=row.token,
                 pid=row.pid,
                 host=row.host,
                 acquired_at=_aware(row.acquired_at),
@@ -626,6 +637,7 @@ class Lease:
 class LeaseHolder:
     """Who holds a live lease, for the message a second driver prints."""
 
+    token: str
     pid: int
     host: str
     acquired_at: datetime
@@ -655,6 +667,16 @@ class _LeaseKeeper(threading.Thread):
     def stop(self) -> None:
         self._stop_event.set()
         self.join(timeout=10)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, owned by someone else
+        return True
+    return True
 
 
 def check_sqlite_file(path: Path) -> None:
