@@ -47,7 +47,7 @@ def create_study(
     else:
         raise SpecError("give a study file or --model/--workload", source="study create")
     resolved = resolve_study(spec, source)
-    store.optuna_storage()  # both schemas exist before anything else is written
+    store.ensure_optuna_schema()  # both schemas exist before anything else is written
     record = store.create_study(
         name=spec.name,
         description=spec.description,
@@ -122,7 +122,7 @@ def run_study(
     record = store.get_study(name)
     resolved = ResolvedStudy.from_json(record.resolved_json)
     factory = _pool_factory(resolved, record, ray_address, max_engines, log_to_driver)
-    store.optuna_storage()  # Optuna's tables, created under the schema lock
+    store.ensure_optuna_schema()  # Optuna's tables, created under the schema lock
     with store.lease(name, ttl_s=lease_ttl_s, wait=wait, on_wait=on_wait):
         record = store.get_study(name)
         store.abandon_running_trials(record)

@@ -150,17 +150,27 @@ class Store:
         studies already exists``, ``UNIQUE constraint failed: alembic_version``)."""
         import optuna
 
-        self._connect()
-        assert self._engine is not None
         if self.url.startswith("sqlite"):
             kwargs.setdefault("engine_kwargs", {"connect_args": {"timeout": 30}})
-        if not _optuna_schema_current(self._engine):
-            with schema_lock(self._engine, _sqlite_path(self.url)):
-                try:
-                    optuna.storages.RDBStorage(self.url, **kwargs).engine.dispose()
-                except SQLAlchemyError as exc:
-                    raise StoreError(f"cannot create Optuna's tables: {_one_line(exc)}") from None
+        self.ensure_optuna_schema()
         return optuna.storages.RDBStorage(self.url, **kwargs)
+
+    def ensure_optuna_schema(self) -> None:
+        """Create Optuna's tables unless they exist, serialized with every other creator."""
+        self._connect()
+        assert self._engine is not None
+        if _optuna_schema_current(self._engine):
+            return
+        import optuna
+
+        kwargs: dict[str, Any] = {}
+        if self.url.startswith("sqlite"):
+            kwargs["engine_kwargs"] = {"connect_args": {"timeout": 30}}
+        with schema_lock(self._engine, _sqlite_path(self.url)):
+            try:
+                optuna.storages.RDBStorage(self.url, **kwargs).engine.dispose()
+            except SQLAlchemyError as exc:
+                raise StoreError(f"cannot create Optuna's tables: {_one_line(exc)}") from None
 
     @contextmanager
     def session(self) -> Iterator[Session]:
