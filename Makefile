@@ -15,7 +15,7 @@ ACCEL := $(shell if [ -e /dev/kfd ] || command -v rocm-smi >/dev/null 2>&1; then
                  elif command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then echo cuda; \
                  else echo cpu; fi)
 
-.PHONY: install test test-unit test-integration lint format demo bench-search bench-stress recommend check clean help
+.PHONY: install test test-unit test-contract test-integration lint format demo bench-search bench-stress recommend check clean help
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -42,8 +42,11 @@ endif
 test:  ## unit tests, then integration tests on the real vLLM engine (CPU build where no GPU)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-test-unit:  ## unit tests only (no vLLM engine)
-	$(PY) -m pytest -m "not integration" $(PYTEST_ARGS)
+test-unit:  ## unit tests only (no vLLM engine, no PostgreSQL)
+	$(PY) -m pytest -m "not integration and not contract" $(PYTEST_ARGS)
+
+test-contract:  ## the store contract suite on SQLite and a real PostgreSQL server
+	$(PY) -m pytest -m contract $(PYTEST_ARGS)
 
 test-integration:  ## integration tests only (real vLLM engine in Ray actors)
 	$(PY) -m pytest -m integration $(PYTEST_ARGS)

@@ -28,7 +28,7 @@ REPEATS = 2
 CONFIGS = N_MAX + 1  # baseline + ngram N=1..6
 MEASUREMENTS = CONFIGS * len(LEVELS) * REPEATS
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.contract, pytest.mark.timeout(300)]
 
 
 def _landscape(path: Path) -> Path:

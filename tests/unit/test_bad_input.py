@@ -325,3 +325,27 @@ def test_recommendations_are_replaced_on_rerun(tmp_path: Path):
     assert [(r.workload, r.concurrency, r.speculative_config) for r in again] == [
         (r.workload, r.concurrency, r.speculative_config) for r in first
     ]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("report", "replayed", "--html", "/proc/nope/x.html"),
+        ("report", "replayed", "--csv", "/proc/nope/x.csv"),
+        ("export", "--landscape", "replayed", "--output", "/proc/nope/x.csv"),
+    ],
+)
+def test_unwritable_output_paths(args, tmp_path: Path, db_path: Path, autotune):
+    from autotune import api
+    from autotune.store import Store
+    from tests.unit.test_tuner import study_data, write_landscape
+
+    store = Store(str(db_path))
+    land = write_landscape(tmp_path / "l.csv")
+    api.create_study(store, data=study_data(land), source=str(land))
+    api.run_study(store, "replayed")
+    store.dispose()
+    before = file_digest(db_path)
+    result = autotune(*args)
+    _assert_rejected(result, "/proc/nope", "No such file or directory", None)
+    assert file_digest(db_path) == before
