@@ -296,7 +296,7 @@ class Store:
             source=row.source,
             resolved_json=row.resolved_json,
             optuna_study_name=row.optuna_study_name,
-            status=row.status,
+            status=_live_status(s, row),
             created_at=row.created_at,
             updated_at=row.updated_at,
             num_trials=sum(by_state.values()),
@@ -749,6 +749,17 @@ def _optuna_schema_current(engine: Engine) -> bool:
         if not {"studies", "trials", "version_info", "alembic_version"} <= names:
             return False
         return conn.execute(text("SELECT count(*) FROM alembic_version")).scalar_one() > 0
+
+
+def _live_status(s: Session, row: StudyRow) -> str:
+    """A study left ``running`` by a driver whose lease lapsed (killed, host lost) reads as
+    ``interrupted``, not ``running`` forever."""
+    if row.status != "running":
+        return row.status
+    lease = s.get(LeaseRow, row.name)
+    if lease is None or _aware(lease.expires_at) < utcnow():
+        return "interrupted"
+    return row.status
 
 
 def _aware(value: datetime) -> datetime:

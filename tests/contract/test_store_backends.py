@@ -186,6 +186,7 @@ def test_two_drivers_started_together(store_url: str, tmp_path: Path):
     procs = [_popen(_cli(store_url, "study", "run", "race")) for _ in range(2)]
     outs = [p.communicate(timeout=240) for p in procs]
     codes = sorted(p.returncode for p in procs)
+    print(f"\ntwo drivers on one study ({store_url.split(':')[0]}): exit codes {codes}")
     for _, err in outs:
         assert "Traceback" not in err, err
     assert codes in ([0, 0], [0, 2]), outs
@@ -217,12 +218,14 @@ def test_resume_after_kill(store_url: str, tmp_path: Path):
     os.kill(driver.pid, signal.SIGKILL)
     driver.wait(timeout=30)
     record = store.get_study("killed")
+    assert record.status == "running"  # its lease has not lapsed yet (30 s)
     running = [t for t in store.trials(record) if t.state == "running"]
     summary = api.run_study(store, "killed")
     assert summary.trials_failed == 0
     trials = store.trials(store.get_study("killed"))
     interrupted = [t for t in trials if t.state == "interrupted"]
     assert [t.id for t in interrupted] == [t.id for t in running]
+    print(f"\nkilled with {len(running)} trial(s) running; resumed: {summary.trials_run} run")
     assert store.lease_holder("killed") is None  # released at the end of the run
     _check_study(store_url, "killed")
 
@@ -258,7 +261,10 @@ def test_expired_lease_is_taken_over(store_url: str, tmp_path: Path):
         s.execute(update(LeaseRow).values(host="elsewhere"))
     with pytest.raises(StudyBusyError, match="on elsewhere since"):
         store.acquire_lease("lapse")
+    store.set_study_status("lapse", "running")
+    assert store.get_study("lapse").status == "running"
     time.sleep(2)
+    assert store.get_study("lapse").status == "interrupted"  # the driver's lease lapsed
     second = store.acquire_lease("lapse")
     assert second.token != lease.token
     assert not store.renew_lease(lease)  # the dead driver's heartbeat would learn it lost
