@@ -207,14 +207,17 @@ def test_resume_after_kill(store_url: str, tmp_path: Path):
     store = Store(store_url)
     api.create_study(store, _study_file(tmp_path, "killed"))
     driver = _popen([sys.executable, "-c", DRIVER, store_url, "killed"])
-    deadline = time.monotonic() + 120
-    while len(store.measurements(study="killed")) < 1 and time.monotonic() < deadline:
+    deadline = time.monotonic() + 180
+    while True:
+        assert time.monotonic() < deadline, "never caught the driver in the middle of a trial"
         if driver.poll() is not None:
             pytest.fail(f"driver ended before it could be killed: {driver.communicate()}")
-        # Count rows of running trials too: store.measurements() lists completed ones only.
-        if _all_rows(store, "killed") >= 3:
+        # Freeze it, look: kill only when a trial is running with some of its cells stored.
+        os.kill(driver.pid, signal.SIGSTOP)
+        if _running_rows(store, "killed") >= 2:
             break
-        time.sleep(0.05)
+        os.kill(driver.pid, signal.SIGCONT)
+        time.sleep(0.02)
     os.kill(driver.pid, signal.SIGKILL)
     driver.wait(timeout=30)
     record = store.get_study("killed")
@@ -224,13 +227,16 @@ def test_resume_after_kill(store_url: str, tmp_path: Path):
     assert summary.trials_failed == 0
     trials = store.trials(store.get_study("killed"))
     interrupted = [t for t in trials if t.state == "interrupted"]
-    assert [t.id for t in interrupted] == [t.id for t in running]
+    assert len(running) == 1 and [t.id for t in interrupted] == [t.id for t in running]
+    assert _rows_of(store, interrupted[0].id) == 0  # its partial cells were removed
     print(f"\nkilled with {len(running)} trial(s) running; resumed: {summary.trials_run} run")
     assert store.lease_holder("killed") is None  # released at the end of the run
     _check_study(store_url, "killed")
 
 
-def _all_rows(store: Store, name: str) -> int:
+def _running_rows(store: Store, name: str) -> int:
+    """Measurements stored for trials still running (store.measurements() lists completed
+    trials only)."""
     from sqlalchemy import func, select
 
     from autotune.store.tables import MeasurementRow, StudyRow, TrialRow
@@ -241,7 +247,21 @@ def _all_rows(store: Store, name: str) -> int:
                 select(func.count(MeasurementRow.id))
                 .join(TrialRow)
                 .join(StudyRow)
-                .where(StudyRow.name == name)
+                .where(StudyRow.name == name, TrialRow.state == "running")
+            )
+            or 0
+        )
+
+
+def _rows_of(store: Store, trial_id: int) -> int:
+    from sqlalchemy import func, select
+
+    from autotune.store.tables import MeasurementRow
+
+    with store.session() as s:
+        return int(
+            s.scalar(
+                select(func.count(MeasurementRow.id)).where(MeasurementRow.trial_id == trial_id)
             )
             or 0
         )
