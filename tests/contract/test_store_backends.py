@@ -309,3 +309,18 @@ def test_expired_lease_is_taken_over(store_url: str, tmp_path: Path):
     assert second.token != lease.token
     assert not store.renew_lease(lease)  # the dead driver's heartbeat would learn it lost
     assert store.renew_lease(second)
+
+
+def test_heartbeat_keeps_a_lease_past_its_ttl(store_url: str, tmp_path: Path):
+    """The heartbeat thread renews the lease, so a long trial never loses it."""
+    store = Store(store_url)
+    api.create_study(store, _study_file(tmp_path, "beat"))
+    other = Store(store_url)
+    with store.lease("beat", ttl_s=1.2) as lease:
+        time.sleep(3)  # 2.5 TTLs
+        with pytest.raises(StudyBusyError):
+            other.acquire_lease("beat")
+        holder = other.lease_holder("beat")
+        assert holder is not None and holder.token == lease.token
+    assert other.lease_holder("beat") is None  # released on exit
+    other.acquire_lease("beat")
