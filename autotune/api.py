@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from autotune.errors import NoResultError, NotFoundError, SpecError
+from autotune.errors import NoResultError, NotFoundError, SpecError, StoreError
 from autotune.spec.loader import (
     ResolvedStudy,
     load_study_file,
@@ -123,12 +123,18 @@ def run_study(
     resolved = ResolvedStudy.from_json(record.resolved_json)
     factory = _pool_factory(resolved, record, ray_address, max_engines, log_to_driver)
     store.ensure_optuna_schema()  # Optuna's tables, created under the schema lock
-    with store.lease(name, ttl_s=lease_ttl_s, wait=wait, on_wait=on_wait):
+    with store.lease(name, ttl_s=lease_ttl_s, wait=wait, on_wait=on_wait) as lease:
         record = store.get_study(name)
         store.abandon_running_trials(record)
         _fail_dead_optuna_trials(store, record.optuna_study_name)
         tuner = Tuner(store, record, factory, reporter=reporter)
         summary = tuner.run(max_configs=max_configs)
+        if store.lease_lost(lease):
+            raise StoreError(
+                f"this driver lost the lease on study {name!r} during the run (no heartbeat "
+                f"for {lease_ttl_s:.0f} s) and another driver took it over; its results are "
+                "in the store, check them with `autotune study show`"
+            )
         save_recommendations(store, record)
     return summary
 

@@ -99,6 +99,7 @@ class Store:
         self.url = resolve_url(url)
         self._engine: Engine | None = None
         self._sessions: sessionmaker[Session] | None = None
+        self._keepers: dict[str, _LeaseKeeper] = {}
 
     # --- plumbing ---------------------------------------------------------------------------
 
@@ -500,6 +501,12 @@ class Store:
             )
             return getattr(res, "rowcount", 0) == 1
 
+    def lease_lost(self, lease: Lease) -> bool:
+        """Whether a lease held with ``Store.lease`` was taken over by another driver (this
+        one missed its heartbeats for a whole TTL: suspended, or cut off from the database)."""
+        keeper = self._keepers.get(lease.token)
+        return keeper is not None and keeper.lost
+
     def release_lease(self, lease: Lease) -> None:
         with self.session() as s:
             s.execute(
@@ -531,11 +538,13 @@ class Store:
                     on_wait = None  # say it once
                 time.sleep(min(5.0, ttl_s / 6))
         keeper = _LeaseKeeper(self, lease)
+        self._keepers[lease.token] = keeper
         keeper.start()
         try:
             yield lease
         finally:
             keeper.stop()
+            self._keepers.pop(lease.token, None)
             with contextlib.suppress(StoreError):  # else it lapses by itself at expires_at
                 self.release_lease(lease)
 

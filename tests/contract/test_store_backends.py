@@ -324,3 +324,18 @@ def test_heartbeat_keeps_a_lease_past_its_ttl(store_url: str, tmp_path: Path):
         assert holder is not None and holder.token == lease.token
     assert other.lease_holder("beat") is None  # released on exit
     other.acquire_lease("beat")
+
+
+def test_a_driver_learns_it_lost_its_lease(store_url: str, tmp_path: Path):
+    from sqlalchemy import update
+
+    from autotune.store.tables import LeaseRow
+
+    store = Store(store_url)
+    api.create_study(store, _study_file(tmp_path, "lost"))
+    with store.lease("lost", ttl_s=1.2) as lease:
+        assert not store.lease_lost(lease)
+        with store.session() as s:  # what a takeover after a missed TTL leaves behind
+            s.execute(update(LeaseRow).values(token="someone-else"))
+        time.sleep(1)
+        assert store.lease_lost(lease)
