@@ -48,17 +48,19 @@ def create_study(
         raise SpecError("give a study file or --model/--workload", source="study create")
     resolved = resolve_study(spec, source)
     store.ensure_optuna_schema()  # both schemas exist before anything else is written
-    record = store.create_study(
-        name=spec.name,
-        description=spec.description,
-        model_alias=resolved.model_alias,
-        model=resolved.model,
-        source=source,
-        resolved_json=resolved.to_json(),
-        replace=replace,
-    )
-    if replace:
-        _delete_optuna_study(store, record.optuna_study_name)
+    # --replace deletes the study's trials: never under a live driver (StudyBusyError).
+    with store.lease(spec.name) if replace else contextlib.nullcontext():
+        record = store.create_study(
+            name=spec.name,
+            description=spec.description,
+            model_alias=resolved.model_alias,
+            model=resolved.model,
+            source=source,
+            resolved_json=resolved.to_json(),
+            replace=replace,
+        )
+        if replace:
+            _delete_optuna_study(store, record.optuna_study_name)
     return Created(record, resolved)
 
 

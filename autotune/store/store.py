@@ -470,7 +470,7 @@ class Store:
                 raise StudyBusyError(
                     f"study {study!r} is being run by PID {holder.pid} on {holder.host} since "
                     f"{holder.acquired_at:%Y-%m-%d %H:%M:%S} UTC (lease renewed until "
-                    f"{holder.expires_at:%H:%M:%S} UTC); wait for it, or pass --wait"
+                    f"{holder.expires_at:%H:%M:%S} UTC); `study run/resume --wait` waits for it"
                 )
         raise StoreError(f"could not take the lease of study {study!r}")
 

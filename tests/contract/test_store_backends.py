@@ -161,9 +161,14 @@ def test_second_driver_is_refused_then_waits(store_url: str, tmp_path: Path):
         assert f"is being run by PID {holder.pid} on" in second.stderr
         assert len(second.stderr.strip().splitlines()) == 1 and "Traceback" not in second.stderr
         assert store.trials(store.get_study("one")) == []  # the refused driver wrote nothing
-        # API callers get the same refusal.
+        # API callers get the same refusal, and so do replacing or deleting the study.
         with pytest.raises(StudyBusyError):
             api.run_study(store, "one")
+        with pytest.raises(StudyBusyError):
+            api.create_study(store, tmp_path / "one.yaml", replace=True)
+        with pytest.raises(StudyBusyError):
+            api.delete_study(store, "one")
+        assert store.get_study("one").name == "one"
         waiter = _popen(_cli(store_url, "study", "resume", "one", "--wait"))
         assert waiter.stderr is not None
         first = waiter.stderr.readline()  # blocks until the waiter reports that it waits
