@@ -164,7 +164,7 @@ class StudySpec(StrictModel):
     """A study: tune speculative decoding for one model over some workloads."""
 
     name: str = Field(
-        pattern=r"^[a-z0-9][a-z0-9_.-]*$", max_length=100, description="Study name (unique)."
+        pattern=r"^[a-z0-9][a-z0-9_.-]*$", max_length=128, description="Study name (unique)."
     )
     description: str = Field("", max_length=10_000, description="What the study is for.")
     model: ModelSpec = Field(description="The target model.")

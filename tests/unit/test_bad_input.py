@@ -66,7 +66,7 @@ STUDY_CASES: dict[str, tuple[str | bytes, str, str | None]] = {
         "measurement.timeout_s",
     ),
     "baseline-string": (GOOD + "baseline: 'yes'\n", "valid boolean", "baseline"),
-    "long-name": (GOOD.replace("name: t1", "name: " + "a" * 10_000), "at most 100", "name"),
+    "long-name": (GOOD.replace("name: t1", "name: " + "a" * 10_000), "at most 128", "name"),
     "long-model": (
         GOOD.replace("{name: tiny}", "{name: org/" + "m" * 1000 + "}"),
         "at most 512",
