@@ -17,7 +17,7 @@ ACCEL := $(shell if [ -e /dev/kfd ] || command -v rocm-smi >/dev/null 2>&1; then
                  elif command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then echo cuda; \
                  else echo cpu; fi)
 
-.PHONY: install test test-unit test-integration lint format demo bench-search bench-stress bench-cli bench-scale recommend check clean help
+.PHONY: install test test-unit test-contract test-integration lint format demo bench-search bench-stress bench-cli bench-scale recommend check clean help
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -51,8 +51,11 @@ endif
 test: $(STAMP)  ## unit tests, then integration tests on the real vLLM engine (CPU build where no GPU)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-test-unit: $(STAMP)  ## the fast loop: unit tests without the vLLM engine or the tiny models' training
-	$(PY) -m pytest -m "not integration and not models" $(PYTEST_ARGS)
+test-unit: $(STAMP)  ## the fast loop: unit tests without the vLLM engine, the tiny models' training or PostgreSQL
+	$(PY) -m pytest -m "not integration and not models and not contract" $(PYTEST_ARGS)
+
+test-contract: $(STAMP)  ## the store contract suite on SQLite and a real PostgreSQL server
+	$(PY) -m pytest -m contract $(PYTEST_ARGS)
 
 test-integration: $(STAMP)  ## integration tests only (real vLLM engine in Ray actors)
 	$(PY) -m pytest -m integration $(PYTEST_ARGS)

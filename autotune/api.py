@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from autotune.errors import NoResultError, NotFoundError, SpecError
+from autotune.errors import NoResultError, NotFoundError, SpecError, StoreError
 from autotune.spec.loader import (
     ResolvedStudy,
     load_study_file,
@@ -20,7 +20,7 @@ from autotune.spec.loader import (
     validate,
 )
 from autotune.spec.study import ReplayEngineSpec, StudySpec
-from autotune.store import MeasurementRecord, Store, StudyRecord, TrialRecord
+from autotune.store import LEASE_TTL_S, MeasurementRecord, Store, StudyRecord, TrialRecord
 
 
 @dataclass(frozen=True)
@@ -50,17 +50,20 @@ def create_study(
     from autotune.recommend.validate import validate_study
 
     validate_study(resolved, source)  # vLLM's verdict now, so recommend never imports vLLM
-    record = store.create_study(
-        name=spec.name,
-        description=spec.description,
-        model_alias=resolved.model_alias,
-        model=resolved.model,
-        source=source,
-        resolved_json=resolved.to_json(),
-        replace=replace,
-    )
-    if replace:
-        _delete_optuna_study(store, record.optuna_study_name)
+    store.ensure_optuna_schema()  # both schemas exist before anything else is written
+    # --replace deletes the study's trials: never under a live driver (StudyBusyError).
+    with store.lease(spec.name) if replace else contextlib.nullcontext():
+        record = store.create_study(
+            name=spec.name,
+            description=spec.description,
+            model_alias=resolved.model_alias,
+            model=resolved.model,
+            source=source,
+            resolved_json=resolved.to_json(),
+            replace=replace,
+        )
+        if replace:
+            _delete_optuna_study(store, record.optuna_study_name)
     return Created(record, resolved)
 
 
@@ -87,16 +90,33 @@ def get_study(store: Store, name: str) -> tuple[StudyRecord, ResolvedStudy, list
 
 
 def delete_study(store: Store, name: str) -> None:
+    """Delete a study; refused (StudyBusyError, exit 2) while a live driver runs it."""
     record = store.get_study(name)
-    store.delete_study(name)
-    _delete_optuna_study(store, record.optuna_study_name)
+    with store.lease(name):
+        store.delete_study(name)
+        _delete_optuna_study(store, record.optuna_study_name)
 
 
 def _delete_optuna_study(store: Store, optuna_name: str) -> None:
     import optuna
 
     with contextlib.suppress(KeyError):  # never run: Optuna has no such study
-        optuna.delete_study(study_name=optuna_name, storage=store.url)
+        optuna.delete_study(study_name=optuna_name, storage=store.optuna_storage())
+
+
+def _fail_dead_optuna_trials(store: Store, optuna_name: str) -> int:
+    """Optuna trials a dead driver left RUNNING become FAIL (their engines are gone). Called
+    only while holding the study's lease, so no live driver owns them."""
+    import optuna
+
+    try:
+        ostudy = optuna.load_study(study_name=optuna_name, storage=store.optuna_storage())
+    except KeyError:  # never run yet
+        return 0
+    running = ostudy.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
+    for t in running:
+        ostudy.tell(t.number, state=optuna.trial.TrialState.FAIL)
+    return len(running)
 
 
 def run_study(
@@ -110,11 +130,19 @@ def run_study(
     log_to_driver: bool = False,
     num_gpus: int | None = None,
     replay_time_scale: float | None = None,
+    wait: bool = False,
+    on_wait: Callable[[str], None] | None = None,
+    lease_ttl_s: float = LEASE_TTL_S,
 ) -> Any:
     """Run (or resume) a study until its space or budget is exhausted.
 
     ``num_gpus`` starts the local Ray cluster with that many logical GPUs; replay engines sleep
     for their recorded times × ``replay_time_scale`` (see ``_pool_factory``).
+
+    The driver holds the study's lease throughout (``Store.lease``): a second driver on the
+    same study gets StudyBusyError (exit 2) naming the first, or with ``wait`` waits for it.
+    Only with the lease held are a dead driver's trials marked interrupted and its partial
+    measurements removed, so a live driver's trial is never touched.
     """
     from autotune.search.tuner import Tuner
 
@@ -129,11 +157,20 @@ def run_study(
         num_gpus=num_gpus,
         replay_time_scale=replay_time_scale,
     )
-    # Trials a dead driver left running: their engines are gone, measure them again.
-    store.abandon_running_trials(record)
-    tuner = Tuner(store, record, factory, reporter=reporter)
-    summary = tuner.run(max_configs=max_configs)
-    save_recommendations(store, record)
+    store.ensure_optuna_schema()  # Optuna's tables, created under the schema lock
+    with store.lease(name, ttl_s=lease_ttl_s, wait=wait, on_wait=on_wait) as lease:
+        record = store.get_study(name)
+        store.abandon_running_trials(record)
+        _fail_dead_optuna_trials(store, record.optuna_study_name)
+        tuner = Tuner(store, record, factory, reporter=reporter)
+        summary = tuner.run(max_configs=max_configs)
+        if store.lease_lost(lease):
+            raise StoreError(
+                f"this driver lost the lease on study {name!r} during the run (no heartbeat "
+                f"for {lease_ttl_s:.0f} s) and another driver took it over; its results are "
+                "in the store, check them with `autotune study show`"
+            )
+        save_recommendations(store, record)
     return summary
 
 
@@ -188,28 +225,29 @@ def _pool_factory(
 
 
 def save_recommendations(store: Store, record: StudyRecord) -> int:
-    """Store the current choice for every measured (workload, concurrency) of a study."""
+    """Store the current choice for every measured (workload, concurrency) of a study,
+    replacing what an earlier run of the study stored."""
     from autotune.recommend.choose import cells, choose
 
     rows = store.measurements(study=record.name)
-    saved = 0
+    items: list[dict[str, Any]] = []
     for workload, concurrency in cells(rows):
         choice = choose(rows, workload, concurrency)
         if choice is None:
             continue
-        store.save_recommendation(
-            record,
-            workload=workload,
-            workload_digest=choice.workload_digest,
-            concurrency=concurrency,
-            trial_id=choice.best.trial_ids[0],
-            speculative_config=choice.best.speculative_config,
-            output_throughput_tok_s=choice.best.median_tok_s,
-            baseline_tok_s=choice.baseline.median_tok_s if choice.baseline else None,
-            speedup=choice.speedup,
+        items.append(
+            {
+                "workload": workload,
+                "workload_digest": choice.workload_digest,
+                "concurrency": concurrency,
+                "trial_id": choice.best.trial_ids[0],
+                "speculative_config": choice.best.speculative_config,
+                "output_throughput_tok_s": choice.best.median_tok_s,
+                "baseline_tok_s": choice.baseline.median_tok_s if choice.baseline else None,
+                "speedup": choice.speedup,
+            }
         )
-        saved += 1
-    return saved
+    return store.replace_recommendations(record, items)
 
 
 FINISHED = "done"

@@ -44,6 +44,18 @@ class StoreError(AutotuneError):
     exit_code = 1
 
 
+class CorruptStoreError(StoreError):
+    """The store file is damaged or is not a database at all (exit code 2, nothing written)."""
+
+    exit_code = 2
+
+
+class StudyBusyError(AutotuneError):
+    """Another live driver holds the study's lease (exit code 2); ``--wait`` waits for it."""
+
+    exit_code = 2
+
+
 class EngineError(AutotuneError):
     """An engine failed to start or to measure; the tuner records it as a failed trial."""
 

@@ -114,6 +114,12 @@ def report_errors(cli: click.Command, argv: list[str] | None) -> int:
     except KeyboardInterrupt:
         click.echo("autotune: interrupted", err=True)
         return 130
+    except OSError as exc:
+        # A path the user gave (--html, --output, --png, --db) or HOME that cannot be written
+        # or read: bad input, one line naming the path (exit 2), not a traceback.
+        where = exc.filename or "a file"
+        click.echo(f"autotune: error: {where}: {exc.strerror or exc}", err=True)
+        return 2
     # With standalone_mode=False, click returns ctx.exit()'s code (or the command's value).
     return code if isinstance(code, int) else 0
 

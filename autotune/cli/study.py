@@ -356,6 +356,12 @@ def _run_options(f: Any) -> Any:
         help="Stop after N engine configs in this run (resume continues).",
     )(f)
     f = click.option(
+        "--wait",
+        is_flag=True,
+        help="If another driver is running the study, wait for it to finish instead of "
+        "exiting with code 2.",
+    )(f)
+    f = click.option(
         "--verbose",
         "-v",
         is_flag=True,
@@ -386,6 +392,7 @@ def _run(
     no_progress: bool,
     num_gpus: int | None,
     replay_time_scale: float | None,
+    wait: bool = False,
 ) -> None:
     from autotune import api
     from autotune.cli.progress import make_reporter
@@ -405,6 +412,8 @@ def _run(
         log_to_driver=verbose,
         num_gpus=num_gpus,
         replay_time_scale=replay_time_scale,
+        wait=wait,
+        on_wait=lambda why: click.echo(f"autotune: waiting: {why}", err=True),
     )
     click.echo(
         f"{summary.trials_run} engine configs measured, {summary.trials_failed} failed, "
@@ -467,6 +476,7 @@ def run(
     no_progress: bool,
     num_gpus: int | None,
     replay_time_scale: float | None,
+    wait: bool,
 ) -> None:
     """Measure a study's engine configs until its space or budget is exhausted.
 
@@ -494,6 +504,7 @@ def run(
         no_progress,
         num_gpus=num_gpus,
         replay_time_scale=replay_time_scale,
+        wait=wait,
     )
 
 
@@ -512,6 +523,7 @@ def resume(
     no_progress: bool,
     num_gpus: int | None,
     replay_time_scale: float | None,
+    wait: bool,
 ) -> None:
     """Continue an interrupted study without re-measuring completed configs.
 
@@ -532,4 +544,5 @@ def resume(
         no_progress,
         num_gpus=num_gpus,
         replay_time_scale=replay_time_scale,
+        wait=wait,
     )

@@ -54,24 +54,42 @@ class LandscapePoint:
         return (self.method, self.draft, self.num_speculative_tokens)
 
 
+MAX_LANDSCAPE_BYTES = 64 * 1024 * 1024
+"""Largest landscape CSV read (the biggest recorded sweep is well under 1 MiB)."""
+
+
 def read_landscape(path: Path) -> list[LandscapePoint]:
     """Parse and check a landscape CSV; errors name the file, the row and the column."""
     source = str(path)
     try:
-        handle = path.open(newline="")
-    except OSError:
+        with path.open("rb") as raw:
+            data = raw.read(MAX_LANDSCAPE_BYTES + 1)
+    except FileNotFoundError:
         raise SpecError("landscape file not found", source=source) from None
+    except OSError as exc:
+        raise SpecError(f"cannot read landscape: {exc.strerror or exc}", source=source) from None
+    if len(data) > MAX_LANDSCAPE_BYTES:
+        raise SpecError("landscape file larger than 64 MiB", source=source)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"not a UTF-8 CSV file (byte {exc.start})", source=source) from None
+    if "\x00" in text:
+        raise SpecError("not a CSV file (NUL byte)", source=source)
     points: list[LandscapePoint] = []
-    with handle:
-        reader = csv.DictReader(line for line in handle if not line.startswith("#"))
+    lines = [line for line in text.splitlines(keepends=True) if not line.startswith("#")]
+    reader = csv.DictReader(lines)
+    try:
         missing = [c for c in COLUMNS if c not in (reader.fieldnames or ())]
         if missing:
             raise SpecError(f"missing column(s) {', '.join(missing)}", source=source)
         for i, row in enumerate(reader, start=2):
             try:
                 points.append(_parse(row))
-            except (ValueError, KeyError) as exc:
-                raise SpecError(str(exc), source=source, field=f"row {i}") from None
+            except (ValueError, KeyError, TypeError, AttributeError) as exc:
+                raise SpecError(str(exc) or "bad value", source=source, field=f"row {i}") from None
+    except csv.Error as exc:
+        raise SpecError(f"not a valid CSV: {exc}", source=source) from None
     if not points:
         raise SpecError("no rows", source=source)
     if len({p.model for p in points}) != 1:
@@ -79,31 +97,46 @@ def read_landscape(path: Path) -> list[LandscapePoint]:
     return points
 
 
+def _finite(row: dict[str, str], column: str, *, positive: bool = False) -> float:
+    value = float(row[column])
+    if not math.isfinite(value) or value < 0 or (positive and value == 0):
+        raise ValueError(
+            f"{column} must be a finite {'positive' if positive else 'non-negative'} number"
+        )
+    return value
+
+
 def _parse(row: dict[str, str]) -> LandscapePoint:
     method = row["method"].strip()
     n = int(row["num_speculative_tokens"])
     if (method == "none") != (n == 0):
         raise ValueError("the baseline is method=none with num_speculative_tokens=0")
+    if not 0 <= n <= 64:
+        raise ValueError("num_speculative_tokens must lie in 0..64")
+    concurrency, repeat = int(row["concurrency"]), int(row["repeat"])
+    if not 1 <= concurrency <= 65_536 or not 0 <= repeat <= 1000:
+        raise ValueError("concurrency must lie in 1..65536 and repeat in 0..1000")
     per_pos = tuple(float(x) for x in row["acceptance_per_pos"].split(";") if x.strip())
     if any(not 0.0 <= a <= 1.0 for a in per_pos):
         raise ValueError("acceptance_per_pos values must lie in [0, 1]")
-    tput = float(row["output_throughput_tok_s"])
-    if not tput > 0 or math.isinf(tput):
-        raise ValueError("output_throughput_tok_s must be positive")
+    tput = _finite(row, "output_throughput_tok_s", positive=True)
     al = row["mean_acceptance_length"].strip()
+    mean_al = float(al) if al else None
+    if mean_al is not None and not (math.isfinite(mean_al) and 0 < mean_al <= 65):
+        raise ValueError("mean_acceptance_length must be a finite number in (0, 65]")
     return LandscapePoint(
         model=row["model"].strip(),
         workload=row["workload"].strip(),
         method=method,
         draft=row["draft"].strip() or None,
         num_speculative_tokens=n,
-        concurrency=int(row["concurrency"]),
-        repeat=int(row["repeat"]),
+        concurrency=concurrency,
+        repeat=repeat,
         output_throughput_tok_s=tput,
-        mean_acceptance_length=float(al) if al else None,
+        mean_acceptance_length=mean_al,
         acceptance_per_pos=per_pos,
-        engine_start_s=float(row["engine_start_s"]),
-        measure_s=float(row["measure_s"]),
+        engine_start_s=_finite(row, "engine_start_s"),
+        measure_s=_finite(row, "measure_s", positive=True),
     )
 
 

@@ -71,18 +71,18 @@ def _grid_sampler(seed: int) -> Any:
 class OptunaMirror:
     """The study's Optuna study (``autotune:NAME`` in the same database)."""
 
-    def __init__(self, url: str, study_name: str, space: SearchSpace, sampler: Any) -> None:
+    def __init__(self, storage: Any, study_name: str, space: SearchSpace, sampler: Any) -> None:
+        """``storage``: Optuna's storage on the study store (``Store.optuna_storage()``). A
+        dead driver's RUNNING trials were failed by ``autotune.api.run_study`` under the
+        study's lease."""
         import optuna
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-        kwargs: dict[str, Any] = {}
-        if url.startswith("sqlite"):
-            kwargs["engine_kwargs"] = {"connect_args": {"timeout": 30}}
         self._optuna = optuna
         self.space = space
         self.study = optuna.create_study(
             study_name=study_name,
-            storage=optuna.storages.RDBStorage(url, **kwargs),
+            storage=storage,
             sampler=sampler,
             direction="maximize",
             load_if_exists=True,
@@ -92,10 +92,6 @@ class OptunaMirror:
             self.study.set_metric_names([METRIC])
         self._asked: dict[str, Any] = {}
         """Config key -> the running Optuna trial a sampler proposed it in."""
-        running = (optuna.trial.TrialState.RUNNING,)
-        for t in self.study.get_trials(deepcopy=False, states=running):
-            # Trials of a driver that is gone (the study lease says so): so are their engines.
-            self.study.tell(t.number, state=optuna.trial.TrialState.FAIL)
 
     def ask(self) -> tuple[EngineConfig, Any]:
         """A config the sampler proposes (an enqueued one first) and its running trial: the

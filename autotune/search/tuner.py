@@ -212,7 +212,7 @@ class Tuner:
         """Load what earlier runs finished; open the Optuna mirror and the strategy."""
         spec = self.study.spec
         self.mirror = OptunaMirror(
-            self.store.url,
+            self.store.optuna_storage(),
             self.record.optuna_study_name,
             self.space,
             make_sampler(spec.sampler, spec.seed),

@@ -1,8 +1,30 @@
-"""The strict pydantic base every spec model derives from."""
+"""The strict pydantic base every spec model derives from, and the strict scalar types specs use.
+
+YAML turns ``true`` into a bool and ``.inf``/``.nan`` into floats; pydantic's lax mode would
+accept them as ``1`` or as a timeout that never fires. Spec fields use ``Int`` and ``Float``.
+"""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from typing import Annotated, Any
+
+from pydantic import AllowInfNan, BaseModel, BeforeValidator, ConfigDict, Strict
+
+
+def _no_bool(value: Any) -> Any:
+    if isinstance(value, bool):
+        raise ValueError("Input should be a number, not a boolean")
+    return value
+
+
+Int = Annotated[int, Strict()]
+"""An integer; ``true``, ``3.0`` and ``"3"`` are refused."""
+
+Bool = Annotated[bool, Strict()]
+"""``true`` or ``false``; ``1``, ``"yes"`` and ``"on"`` are refused."""
+
+Float = Annotated[float, BeforeValidator(_no_bool), AllowInfNan(False)]
+"""A finite number; booleans, ``.inf`` and ``.nan`` are refused."""
 
 
 class StrictModel(BaseModel):

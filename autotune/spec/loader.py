@@ -36,22 +36,78 @@ def _display(path: Path) -> str:
         return str(path)
 
 
+MAX_SPEC_BYTES = 4 * 1024 * 1024
+"""Largest study or workload file read (prompt sets that size belong in jsonl/csv files)."""
+
+
+class _SpecLoader(yaml.SafeLoader):
+    """PyYAML's safe loader without aliases and without duplicate keys.
+
+    An alias (``*name``) re-uses a node, so a few hundred bytes of nested aliases expand to
+    gigabytes (a "billion laughs" file); a spec has no need for them. A duplicate key would
+    silently keep the last value.
+    """
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()  # type: ignore[no-untyped-call]
+            raise yaml.composer.ComposerError(
+                None, None, "YAML aliases (*name) are not allowed in spec files", event.start_mark
+            )
+        return super().compose_node(parent, index)
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        if isinstance(node, yaml.MappingNode):
+            seen: set[Any] = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    duplicate = key in seen
+                    seen.add(key)
+                except TypeError:  # an unhashable key; construct_mapping reports it
+                    continue
+                if duplicate:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"duplicate key {key!r}", key_node.start_mark
+                    )
+        return super().construct_mapping(node, deep=deep)
+
+
+def read_text_capped(path: Path, source: str, limit: int = MAX_SPEC_BYTES) -> str:
+    """A UTF-8 text file of at most ``limit`` bytes; anything else is a SpecError."""
+    try:
+        with path.open("rb") as handle:
+            raw = handle.read(limit + 1)
+    except FileNotFoundError:
+        raise SpecError("file not found", source=source) from None
+    except IsADirectoryError:
+        raise SpecError("is a directory, not a file", source=source) from None
+    except OSError as exc:
+        raise SpecError(f"cannot read: {exc.strerror or exc}", source=source) from None
+    if len(raw) > limit:
+        raise SpecError(f"file larger than {limit // (1024 * 1024)} MiB", source=source)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"not a UTF-8 text file (byte {exc.start})", source=source) from None
+    if "\x00" in text:
+        raise SpecError("not a text file (NUL byte)", source=source)
+    return text
+
+
 def load_yaml(path: Path) -> dict[str, Any]:
     """Parse a YAML mapping; syntax errors name the file, line and column."""
     source = _display(path)
+    text = read_text_capped(path, source)
     try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise SpecError("file not found", source=source) from None
-    except OSError as exc:
-        raise SpecError(f"cannot read: {exc.strerror}", source=source) from None
-    try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_SpecLoader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else None
         problem = getattr(exc, "problem", None) or "invalid YAML"
         raise SpecError(f"invalid YAML: {problem}", source=source, field=where) from None
+    except RecursionError:
+        raise SpecError("invalid YAML: nested too deeply", source=source) from None
     if not isinstance(data, dict):
         raise SpecError("expected a mapping at the top level", source=source)
     return data
@@ -211,6 +267,12 @@ class ResolvedStudy(StrictModel):
     workloads: dict[str, ResolvedWorkload] = Field(description="Workloads by name.")
     warnings: list[str] = Field(default_factory=list, description="Rule warnings.")
     landscape: str | None = Field(None, description="Absolute path of a replayed landscape.")
+    trust_remote_code: bool = Field(
+        False, description="Whether the engine may run code shipped with the checkpoints."
+    )
+    trust_remote_code_by: str | None = Field(
+        None, description="Who consented: the study file, or the catalog entry (with its source)."
+    )
 
     def to_json(self) -> str:
         return self.model_dump_json()
@@ -254,7 +316,12 @@ def resolve_study(spec: StudySpec, source: str, platform: str | None = None) -> 
     tp = spec.model.tensor_parallel_size or (
         _catalog_tp(entry.tensor_parallel_size, platform) if entry else 1
     )
+    check_engine_args(spec.model.engine_args, source)
+    trust, trust_by = _trust_remote_code(spec, alias, entry)
+    check_env(spec.model.env, source, trusted=trust)
     engine_args = {**(entry.engine_args if entry else {}), **spec.model.engine_args}
+    if trust:
+        engine_args["trust_remote_code"] = True
     env = {**(entry.env if entry else {}), **spec.model.env}
 
     method_specs = list(spec.methods)
@@ -358,6 +425,10 @@ def resolve_study(spec: StudySpec, source: str, platform: str | None = None) -> 
             landscape = Path(source).parent / landscape
         if not landscape.is_file():
             raise SpecError("landscape file not found", source=source, field="engine.landscape")
+        # Checked now, not at `run`: a bad landscape would leave a trial stuck running.
+        from autotune.engine.landscape import read_landscape
+
+        read_landscape(landscape)
     else:
         for i, name in enumerate(spec.workloads):
             try:
@@ -379,7 +450,131 @@ def resolve_study(spec: StudySpec, source: str, platform: str | None = None) -> 
         workloads=workloads,
         warnings=warnings,
         landscape=str(landscape.resolve()) if landscape else None,
+        trust_remote_code=trust,
+        trust_remote_code_by=trust_by,
     )
+
+
+# --- engine args, env and consent --------------------------------------------------------------
+
+MAX_ENGINE_ARGS_JSON = 64 * 1024
+"""Largest ``model.engine_args`` (as JSON) a study may hold: it is stored with every row."""
+
+CODE_LOADING_ENV = frozenset(
+    {
+        "LD_PRELOAD",
+        "LD_AUDIT",
+        "LD_LIBRARY_PATH",
+        "PYTHONPATH",
+        "PYTHONHOME",
+        "PYTHONSTARTUP",
+        "PYTHONUSERBASE",
+        "PYTHONEXECUTABLE",
+        "PYTHONINSPECT",
+        "BASH_ENV",
+        "ENV",
+        "VLLM_PLUGINS",
+    }
+)
+"""Environment variables that make the engine process load code from elsewhere."""
+
+
+def check_engine_args(args: dict[str, Any], source: str) -> None:
+    """Refuse engine args autotune sets itself, ``trust_remote_code`` (a top-level consent),
+    values that are not plain JSON, and names that are not fields of vLLM's ``EngineArgs``."""
+    from autotune.engine.vllm import RESERVED_ENGINE_ARGS
+
+    for key, value in args.items():
+        field = f"model.engine_args.{key}"
+        if key in RESERVED_ENGINE_ARGS:
+            raise SpecError(
+                f"set by autotune itself ({RESERVED_ENGINE_ARGS[key]})", source=source, field=field
+            )
+        if key == "trust_remote_code":
+            raise SpecError(
+                "set trust_remote_code: true at the top level of the study, not in engine_args",
+                source=source,
+                field=field,
+            )
+        if not _plain_json(value):
+            raise SpecError(
+                "must be a string, number, boolean, null, or a list/mapping of those",
+                source=source,
+                field=field,
+            )
+    if len(json.dumps(args, default=str)) > MAX_ENGINE_ARGS_JSON:
+        raise SpecError(
+            f"larger than {MAX_ENGINE_ARGS_JSON // 1024} KiB",
+            source=source,
+            field="model.engine_args",
+        )
+    known = vllm_engine_arg_names() if args else None  # importing vLLM takes seconds
+    if known is not None:
+        for key in args:
+            if key not in known:
+                raise SpecError(
+                    "not a field of vLLM's EngineArgs",
+                    source=source,
+                    field=f"model.engine_args.{key}",
+                )
+
+
+def vllm_engine_arg_names() -> frozenset[str] | None:
+    """The field names of the installed vLLM's ``AsyncEngineArgs`` (None: vLLM not installed,
+    e.g. a machine that only replays landscapes; the engine checks again when it starts)."""
+    global _ENGINE_ARG_NAMES
+    if _ENGINE_ARG_NAMES is None:
+        if importlib.util.find_spec("vllm") is None:
+            return None
+        import dataclasses
+
+        from vllm.engine.arg_utils import AsyncEngineArgs
+
+        _ENGINE_ARG_NAMES = frozenset(f.name for f in dataclasses.fields(AsyncEngineArgs))
+    return _ENGINE_ARG_NAMES
+
+
+_ENGINE_ARG_NAMES: frozenset[str] | None = None
+
+
+def _plain_json(value: Any, depth: int = 0) -> bool:
+    if depth > 8:
+        return False
+    if value is None or isinstance(value, str | bool | int):
+        return True
+    if isinstance(value, float):
+        return value == value and value not in (float("inf"), float("-inf"))
+    if isinstance(value, list):
+        return all(_plain_json(v, depth + 1) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _plain_json(v, depth + 1) for k, v in value.items())
+    return False
+
+
+def check_env(env: dict[str, str], source: str, *, trusted: bool) -> None:
+    """Code-loading variables need the study's explicit ``trust_remote_code: true``."""
+    for key in env:
+        if key in CODE_LOADING_ENV and not trusted:
+            raise SpecError(
+                f"{key} makes the engine load code from elsewhere; set trust_remote_code: true "
+                "at the top level of the study to allow it",
+                source=source,
+                field=f"model.env.{key}",
+            )
+        if not key or "=" in key or "\x00" in key:
+            raise SpecError(
+                "not a valid environment variable name", source=source, field="model.env"
+            )
+
+
+def _trust_remote_code(spec: StudySpec, alias: str | None, entry: Any) -> tuple[bool, str | None]:
+    """Consent comes from the study's top-level key, or from a catalog entry (which cites the
+    model card or recipe that needs it)."""
+    if spec.trust_remote_code:
+        return True, "the study (trust_remote_code: true)"
+    if entry is not None and entry.engine_args.get("trust_remote_code") is True:
+        return True, f"the catalog entry {alias} ({entry.source})"
+    return False, None
 
 
 def _looks_like_alias(name: str) -> bool:

@@ -10,16 +10,22 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from autotune.spec._base import StrictModel
+from autotune.spec._base import Bool, Float, Int, StrictModel
 from autotune.spec.methods import GLOBAL_MAX_N, Method
 from autotune.spec.slo import SLOSpec
+
+MAX_REF_CHARS = 512
+"""Longest model id, draft reference or workload name (the store's column widths)."""
+
+MAX_CONCURRENCY = 65_536
+"""Highest concurrency level a study may ask for (requests in flight on one engine)."""
 
 
 class NRange(StrictModel):
     """An inclusive range of num_speculative_tokens."""
 
-    min: int = Field(1, ge=1, le=GLOBAL_MAX_N, description="Smallest N to try.")
-    max: int = Field(ge=1, le=GLOBAL_MAX_N, description="Largest N to try.")
+    min: Int = Field(1, ge=1, le=GLOBAL_MAX_N, description="Smallest N to try.")
+    max: Int = Field(ge=1, le=GLOBAL_MAX_N, description="Largest N to try.")
 
     @model_validator(mode="after")
     def _ordered(self) -> NRange:
@@ -37,6 +43,8 @@ class MethodSpec(StrictModel):
     method: Method = Field(description="vLLM's speculative method name.")
     draft: str | None = Field(
         None,
+        min_length=1,
+        max_length=MAX_REF_CHARS,
         description="Draft checkpoint (HF id or path; 'tiny:NAME' for autotune's CPU test "
         "drafts). Defaults to the catalog's published draft for this model and method.",
     )
@@ -45,8 +53,9 @@ class MethodSpec(StrictModel):
         description="N range to search. Defaults to 1..the catalog's n_max for the method. "
         "Chain drafters measure every smaller N from one run at the largest.",
     )
-    params: dict[str, int] = Field(
+    params: dict[str, Int] = Field(
         default_factory=dict,
+        max_length=16,
         description="Method parameters passed to vLLM as-is (ngram: prompt_lookup_min/max).",
     )
 
@@ -55,21 +64,28 @@ class ModelSpec(StrictModel):
     """The target model and how its engine is started."""
 
     name: str = Field(
-        description="Catalog alias (kimi, gemma4, qwen, minimax, tiny), or an HF id / local path."
+        min_length=1,
+        max_length=MAX_REF_CHARS,
+        description="Catalog alias (kimi, gemma4, qwen, minimax, tiny), or an HF id / local path.",
     )
-    tensor_parallel_size: int | None = Field(
+    tensor_parallel_size: Int | None = Field(
         None, ge=1, le=64, description="GPUs per engine. Defaults to the catalog's for the model."
     )
     engine_args: dict[str, Any] = Field(
         default_factory=dict,
-        description="Extra vLLM engine args (EngineArgs field names), merged over the catalog's.",
+        max_length=64,
+        description="Extra vLLM engine args (EngineArgs field names), merged over the catalog's. "
+        "Args autotune sets itself (speculative_config, enable_prefix_caching, ...) and "
+        "trust_remote_code (a top-level study key) are refused.",
     )
-    env: dict[str, str] = Field(
+    env: dict[str, Annotated[str, Field(max_length=4096)]] = Field(
         default_factory=dict,
+        max_length=64,
         description="Environment for the engine process (e.g. VLLM_ROCM_USE_AITER=1); "
-        "stored with every measurement.",
+        "stored with every measurement. Variables that load code (LD_PRELOAD, PYTHONPATH, ...) "
+        "need trust_remote_code: true at the top of the study.",
     )
-    allow_rocm_mla_override: bool = Field(
+    allow_rocm_mla_override: Bool = Field(
         False,
         description="Silence the warning for N > 3 on MLA models on ROCm (AITER's native MLA "
         "decode kernels stop at 4 query tokens; vLLM 0.32 runs more on a slower fallback).",
@@ -95,46 +111,49 @@ EngineSpec = Annotated[VLLMEngineSpec | ReplayEngineSpec, Field(discriminator="k
 class BudgetSpec(StrictModel):
     """When the search stops spending engine time."""
 
-    max_engine_configs: int | None = Field(
+    max_engine_configs: Int | None = Field(
         None,
         ge=1,
         description="At most this many engine configs (engine starts), baseline included.",
     )
-    max_engine_hours: float | None = Field(
-        None, gt=0, description="At most this many engine-hours (start + measurement)."
+    max_engine_hours: Float | None = Field(
+        None, gt=0, le=1e6, description="At most this many engine-hours (start + measurement)."
     )
 
 
 class MeasurementSpec(StrictModel):
     """How each (workload, concurrency, repeat) is measured on a warm engine."""
 
-    warmup_requests: int = Field(
-        4, ge=0, description="Requests run before timing, on every new engine."
+    warmup_requests: Int = Field(
+        4, ge=0, le=100_000, description="Requests run before timing, on every new engine."
     )
-    requests_per_concurrency: int = Field(
+    requests_per_concurrency: Int = Field(
         4,
         ge=1,
+        le=10_000,
         description="Each measurement runs max(num_prompts, this × concurrency) requests, so "
         "the closed loop spends most of its time with exactly `concurrency` in flight.",
     )
-    timeout_s: float = Field(
-        1800, gt=0, description="A measurement running longer fails its trial."
+    timeout_s: Float = Field(
+        1800, gt=0, le=7 * 86_400, description="A measurement running longer fails its trial."
     )
-    start_timeout_s: float = Field(
-        3600, gt=0, description="An engine taking longer to start fails its trial."
+    start_timeout_s: Float = Field(
+        3600, gt=0, le=7 * 86_400, description="An engine taking longer to start fails its trial."
     )
-    max_prompts: int | None = Field(
+    max_prompts: Int | None = Field(
         None,
         ge=1,
+        le=100_000,
         description="Cap on prompts per workload for this study (e.g. a quick CPU demo); the "
         "capped prompt set gets its own digest.",
     )
-    max_tokens: int | None = Field(
-        None, ge=1, description="Cap on output tokens per request for this study."
+    max_tokens: Int | None = Field(
+        None, ge=1, le=1_048_576, description="Cap on output tokens per request for this study."
     )
-    max_spread_pct: float = Field(
+    max_spread_pct: Float = Field(
         10.0,
         gt=0,
+        le=1000,
         description="Repeats whose throughput spread (max-min over median) exceeds this are "
         "flagged noisy in reports instead of silently averaged.",
     )
@@ -147,24 +166,30 @@ Objective = Literal["output_throughput"]
 class StudySpec(StrictModel):
     """A study: tune speculative decoding for one model over some workloads."""
 
-    name: str = Field(pattern=r"^[a-z0-9][a-z0-9_.-]*$", description="Study name (unique).")
-    description: str = Field("", description="What the study is for.")
+    name: str = Field(
+        pattern=r"^[a-z0-9][a-z0-9_.-]*$", max_length=128, description="Study name (unique)."
+    )
+    description: str = Field("", max_length=10_000, description="What the study is for.")
     model: ModelSpec = Field(description="The target model.")
-    workloads: list[str] = Field(min_length=1, description="Workload names (workloads/NAME.yaml).")
-    concurrency: list[int] = Field(
+    workloads: list[Annotated[str, Field(min_length=1, max_length=128)]] = Field(
+        min_length=1, max_length=64, description="Workload names (workloads/NAME.yaml)."
+    )
+    concurrency: list[Annotated[Int, Field(ge=1, le=MAX_CONCURRENCY)]] = Field(
         default_factory=lambda: [1, 8, 32],
         min_length=1,
+        max_length=64,
         description="Concurrency levels (requests in flight). The best N usually falls as "
         "concurrency rises; all are measured on the same warm engine.",
     )
     methods: list[MethodSpec] = Field(
         default_factory=list,
+        max_length=64,
         description="Methods to search. Defaults to every method the catalog lists for the model.",
     )
-    baseline: bool = Field(
+    baseline: Bool = Field(
         True, description="Measure the engine without speculation, so speedups are real ratios."
     )
-    repeats: int = Field(3, ge=1, le=20, description="Repeats per measurement (spread is stored).")
+    repeats: Int = Field(3, ge=1, le=20, description="Repeats per measurement (spread is stored).")
     objective: Objective = Field(
         "output_throughput",
         description="What a trial scores: the geometric mean of output tokens/s over "
@@ -183,7 +208,14 @@ class StudySpec(StrictModel):
         "measured best at some level; 'grid' (every config), 'random', 'tpe' and 'gp' are "
         "Optuna's samplers, for comparison.",
     )
-    seed: int = Field(0, ge=0, description="Seed of the sampler.")
+    seed: Int = Field(0, ge=0, le=2**32 - 1, description="Seed of the sampler.")
+    trust_remote_code: Bool = Field(
+        False,
+        description="Consent to run code shipped with the model or draft checkpoints "
+        "(vLLM's trust_remote_code) and to set code-loading environment variables "
+        "(LD_PRELOAD, PYTHONPATH, ...) in model.env. Off unless set here or by the model's "
+        "catalog entry; never taken from model.engine_args.",
+    )
     engine: EngineSpec = Field(default_factory=VLLMEngineSpec, description="Engine backend.")
     measurement: MeasurementSpec = Field(
         default_factory=lambda: MeasurementSpec(), description="Measurement protocol."

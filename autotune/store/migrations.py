@@ -16,20 +16,27 @@ from sqlalchemy import Connection, insert, inspect, select, text, update
 from autotune.errors import StoreError
 from autotune.store.tables import Base, MetaRow
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 Migration = Callable[[Connection], None]
 
 
-def _v2_engine_placement(conn: Connection) -> None:
-    """Schema 2: where each engine ran (Ray node id, device ids, engine start time)."""
+def _add_leases(conn: Connection) -> None:
+    """2: the ``autotune_leases`` table (one live driver per study)."""
+    from autotune.store.tables import LeaseRow
+
+    LeaseRow.__table__.create(conn, checkfirst=True)  # type: ignore[attr-defined]
+
+
+def _v3_engine_placement(conn: Connection) -> None:
+    """3: where each engine ran (Ray node id, device ids, engine start time)."""
     for ddl in ("ray_node_id VARCHAR(64)", "device_ids VARCHAR(256)", "engine_started_at FLOAT"):
         add_column(conn, "autotune_trials", ddl)
     for ddl in ("ray_node_id VARCHAR(64)", "device_ids VARCHAR(256)"):
         add_column(conn, "autotune_measurements", ddl)
 
 
-MIGRATIONS: dict[int, Migration] = {2: _v2_engine_placement}
+MIGRATIONS: dict[int, Migration] = {2: _add_leases, 3: _v3_engine_placement}
 """Step functions by the version they produce (2, 3, ...)."""
 
 

@@ -6,20 +6,35 @@ SQLite by default (``studies/autotune.db``, WAL mode, busy timeout); any SQLAlch
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Iterator, Mapping
+import socket
+import sqlite3
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event, func, select
+from sqlalchemy import Engine, create_engine, delete, event, func, inspect, select, text, update
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from autotune.engine._base import EngineConfig, EngineInfo, Measurement
-from autotune.errors import NotFoundError, SpecError, StoreError
-from autotune.store.migrations import upgrade
+from autotune.errors import (
+    CorruptStoreError,
+    NotFoundError,
+    SpecError,
+    StoreError,
+    StudyBusyError,
+)
+from autotune.store import migrations
+from autotune.store.migrations import current_version, upgrade
 from autotune.store.records import (
     MeasurementRecord,
     RecommendationRecord,
@@ -27,6 +42,7 @@ from autotune.store.records import (
     TrialRecord,
 )
 from autotune.store.tables import (
+    LeaseRow,
     MeasurementRow,
     RecommendationRow,
     StudyRow,
@@ -38,11 +54,26 @@ DEFAULT_DB = "sqlite:///studies/autotune.db"
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 
 
+LEASE_TTL_S = 60.0
+"""A driver's lease on its study lapses this long after its last heartbeat."""
+
+_PG_SCHEMA_LOCK = 0x6175746F  # "auto": the advisory-lock key that serializes schema creation
+
+
 def resolve_url(db: str | None = None) -> str:
-    """``--db`` / ``AUTOTUNE_DB`` / the default; a bare file path means SQLite."""
-    url = db or os.environ.get("AUTOTUNE_DB") or DEFAULT_DB
-    if "://" not in url:
-        url = f"sqlite:///{url}"
+    """``--db`` / ``AUTOTUNE_DB`` / the default; a bare file path means SQLite.
+
+    An empty or unparsable value is a SpecError naming ``--db``, never the default in disguise.
+    """
+    if db is None:
+        db = os.environ.get("AUTOTUNE_DB") or DEFAULT_DB
+    if not db.strip() or "\x00" in db or len(db) > 4096:
+        raise SpecError("empty or invalid store URL", source="--db")
+    url = db if "://" in db else f"sqlite:///{db}"
+    try:
+        make_url(url)
+    except (ArgumentError, ValueError) as exc:
+        raise SpecError(f"not a database URL: {exc}", source="--db") from None
     return url
 
 
@@ -68,6 +99,7 @@ class Store:
         self.url = resolve_url(url)
         self._engine: Engine | None = None
         self._sessions: sessionmaker[Session] | None = None
+        self._keepers: dict[str, _LeaseKeeper] = {}
 
     # --- plumbing ---------------------------------------------------------------------------
 
@@ -79,21 +111,67 @@ class Store:
         if self._sessions is None:
             path = _sqlite_path(self.url)
             if path is not None:
-                path.parent.mkdir(parents=True, exist_ok=True)
+                check_sqlite_file(path)
+                try:
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                except OSError as exc:
+                    raise SpecError(
+                        f"cannot create the store's folder {path.parent}: {exc.strerror or exc}",
+                        source="--db",
+                    ) from None
             try:
-                engine = create_engine(self.url, future=True)
-            except (SQLAlchemyError, ImportError) as exc:
-                raise StoreError(f"cannot open {self.url}: {exc}") from None
+                engine = create_engine(self.url)
+            except (SQLAlchemyError, ImportError, ValueError, TypeError) as exc:
+                raise SpecError(
+                    f"cannot open {self.url}: {_one_line(exc)}", source="--db"
+                ) from None
             if engine.dialect.name == "sqlite":
                 event.listen(engine, "connect", _sqlite_pragmas)
             try:
-                with engine.begin() as conn:
-                    upgrade(conn)
+                if not _schema_current(engine):
+                    with schema_lock(engine, path), engine.begin() as conn:
+                        upgrade(conn)
             except SQLAlchemyError as exc:
-                raise StoreError(f"cannot open {self.url}: {_one_line(exc)}") from None
+                engine.dispose()
+                raise SpecError(
+                    f"cannot open {self.url}: {_one_line(exc)}", source="--db"
+                ) from None
+            except OSError as exc:
+                engine.dispose()
+                raise SpecError(
+                    f"cannot open {self.url}: {exc.strerror or exc}", source="--db"
+                ) from None
             self._engine = engine
             self._sessions = sessionmaker(engine, expire_on_commit=False)
         return self._sessions
+
+    def optuna_storage(self, **kwargs: Any) -> Any:
+        """Optuna's ``RDBStorage`` on this store, its tables created first under the schema lock
+        (Optuna creates them on first use, and N drivers doing that at once collide: ``table
+        studies already exists``, ``UNIQUE constraint failed: alembic_version``)."""
+        import optuna
+
+        if self.url.startswith("sqlite"):
+            kwargs.setdefault("engine_kwargs", {"connect_args": {"timeout": 30}})
+        self.ensure_optuna_schema()
+        return optuna.storages.RDBStorage(self.url, **kwargs)
+
+    def ensure_optuna_schema(self) -> None:
+        """Create Optuna's tables unless they exist, serialized with every other creator."""
+        self._connect()
+        assert self._engine is not None
+        if _optuna_schema_current(self._engine):
+            return
+        import optuna
+
+        kwargs: dict[str, Any] = {}
+        if self.url.startswith("sqlite"):
+            kwargs["engine_kwargs"] = {"connect_args": {"timeout": 30}}
+        with schema_lock(self._engine, _sqlite_path(self.url)):
+            try:
+                optuna.storages.RDBStorage(self.url, **kwargs).engine.dispose()
+            except SQLAlchemyError as exc:
+                raise StoreError(f"cannot create Optuna's tables: {_one_line(exc)}") from None
 
     @contextmanager
     def session(self) -> Iterator[Session]:
@@ -219,7 +297,7 @@ class Store:
             source=row.source,
             resolved_json=row.resolved_json,
             optuna_study_name=row.optuna_study_name,
-            status=row.status,
+            status=_live_status(s, row),
             created_at=row.created_at,
             updated_at=row.updated_at,
             num_trials=sum(by_state.values()),
@@ -342,6 +420,139 @@ class Store:
                 row.finished_at = utcnow()
             return len(rows)
 
+    # --- leases: one live driver per study --------------------------------------------------
+
+    def acquire_lease(self, study: str, ttl_s: float = LEASE_TTL_S) -> Lease:
+        """Take the study's lease, or raise StudyBusyError naming the live driver that holds it.
+
+        Atomic on SQLite and PostgreSQL alike: an expired row is taken over with one
+        conditional UPDATE, a missing one is created by an INSERT the primary key serializes.
+        """
+        for _ in range(3):
+            now = utcnow()
+            lease = Lease(
+                study=study,
+                token=uuid.uuid4().hex,
+                pid=os.getpid(),
+                host=socket.gethostname()[:256],
+                acquired_at=now,
+                ttl_s=ttl_s,
+            )
+            values = {
+                "token": lease.token,
+                "pid": lease.pid,
+                "host": lease.host,
+                "acquired_at": now,
+                "heartbeat_at": now,
+                "expires_at": now + timedelta(seconds=ttl_s),
+            }
+            with self.session() as s:
+                taken = s.execute(
+                    update(LeaseRow)
+                    .where(LeaseRow.study_name == study, LeaseRow.expires_at < now)
+                    .values(**values)
+                )
+                if getattr(taken, "rowcount", 0) == 1:
+                    return lease
+            try:
+                with self.session() as s:
+                    s.add(LeaseRow(study_name=study, **values))
+                return lease
+            except StoreError:
+                pass  # someone holds it (or just took it): report them
+            holder = self.lease_holder(study)
+            if holder is not None and holder.host == lease.host and not _pid_alive(holder.pid):
+                # A driver on this host that was killed (kill -9, OOM): no need to wait for
+                # its lease to lapse. Expire it and try again.
+                with self.session() as s:
+                    s.execute(
+                        update(LeaseRow)
+                        .where(LeaseRow.study_name == study, LeaseRow.token == holder.token)
+                        .values(expires_at=now - timedelta(seconds=1))
+                    )
+                continue
+            if holder is not None:
+                raise StudyBusyError(
+                    f"study {study!r} is being run by PID {holder.pid} on {holder.host} since "
+                    f"{holder.acquired_at:%Y-%m-%d %H:%M:%S} UTC (lease renewed until "
+                    f"{holder.expires_at:%H:%M:%S} UTC); `study run/resume --wait` waits for it"
+                )
+        raise StoreError(f"could not take the lease of study {study!r}")
+
+    def lease_holder(self, study: str) -> LeaseHolder | None:
+        """The driver that holds a live lease on ``study``, if any."""
+        if not self.exists():
+            return None
+        with self.session() as s:
+            row = s.get(LeaseRow, study)
+            if row is None or _aware(row.expires_at) < utcnow():
+                return None
+            return LeaseHolder(
+                token=row.token,
+                pid=row.pid,
+                host=row.host,
+                acquired_at=_aware(row.acquired_at),
+                expires_at=_aware(row.expires_at),
+            )
+
+    def renew_lease(self, lease: Lease) -> bool:
+        """Push the lease's expiry forward; False when it is no longer ours."""
+        now = utcnow()
+        with self.session() as s:
+            res = s.execute(
+                update(LeaseRow)
+                .where(LeaseRow.study_name == lease.study, LeaseRow.token == lease.token)
+                .values(heartbeat_at=now, expires_at=now + timedelta(seconds=lease.ttl_s))
+            )
+            return getattr(res, "rowcount", 0) == 1
+
+    def lease_lost(self, lease: Lease) -> bool:
+        """Whether a lease held with ``Store.lease`` was taken over by another driver (this
+        one missed its heartbeats for a whole TTL: suspended, or cut off from the database)."""
+        keeper = self._keepers.get(lease.token)
+        return keeper is not None and keeper.lost
+
+    def release_lease(self, lease: Lease) -> None:
+        with self.session() as s:
+            s.execute(
+                delete(LeaseRow).where(
+                    LeaseRow.study_name == lease.study, LeaseRow.token == lease.token
+                )
+            )
+
+    @contextmanager
+    def lease(
+        self,
+        study: str,
+        *,
+        ttl_s: float = LEASE_TTL_S,
+        wait: bool = False,
+        on_wait: Callable[[str], None] | None = None,
+    ) -> Iterator[Lease]:
+        """Hold the study's lease for the block, renewed by a heartbeat thread every
+        ``ttl_s / 6`` seconds; with ``wait``, poll until the holder releases it or dies."""
+        while True:
+            try:
+                lease = self.acquire_lease(study, ttl_s)
+                break
+            except StudyBusyError as exc:
+                if not wait:
+                    raise
+                if on_wait is not None:
+                    on_wait(str(exc))
+                    on_wait = None  # say it once
+                time.sleep(min(5.0, ttl_s / 6))
+        keeper = _LeaseKeeper(self, lease)
+        self._keepers[lease.token] = keeper
+        keeper.start()
+        try:
+            yield lease
+        finally:
+            keeper.stop()
+            self._keepers.pop(lease.token, None)
+            with contextlib.suppress(StoreError):  # else it lapses by itself at expires_at
+                self.release_lease(lease)
+
     def trials(self, study: StudyRecord) -> list[TrialRecord]:
         with self.session() as s:
             rows = s.scalars(
@@ -380,35 +591,31 @@ class Store:
 
     # --- recommendations --------------------------------------------------------------------
 
-    def save_recommendation(
-        self,
-        study: StudyRecord,
-        *,
-        workload: str,
-        workload_digest: str,
-        concurrency: int,
-        trial_id: int | None,
-        speculative_config: Mapping[str, Any] | None,
-        output_throughput_tok_s: float,
-        baseline_tok_s: float | None,
-        speedup: float | None,
-    ) -> None:
+    def replace_recommendations(
+        self, study: StudyRecord, items: Sequence[Mapping[str, Any]]
+    ) -> int:
+        """Store a study's recommendations, replacing the ones a previous run stored (one
+        transaction: readers see the old set or the new one, never both)."""
         with self.session() as s:
-            s.add(
-                RecommendationRow(
-                    study_id=study.id,
-                    model=study.model,
-                    model_alias=study.model_alias,
-                    workload=workload,
-                    workload_digest=workload_digest,
-                    concurrency=concurrency,
-                    trial_id=trial_id,
-                    speculative_config=dict(speculative_config) if speculative_config else None,
-                    output_throughput_tok_s=output_throughput_tok_s,
-                    baseline_tok_s=baseline_tok_s,
-                    speedup=speedup,
+            s.execute(delete(RecommendationRow).where(RecommendationRow.study_id == study.id))
+            for item in items:
+                config = item.get("speculative_config")
+                s.add(
+                    RecommendationRow(
+                        study_id=study.id,
+                        model=study.model,
+                        model_alias=study.model_alias,
+                        workload=item["workload"],
+                        workload_digest=item["workload_digest"],
+                        concurrency=item["concurrency"],
+                        trial_id=item.get("trial_id"),
+                        speculative_config=dict(config) if config else None,
+                        output_throughput_tok_s=item["output_throughput_tok_s"],
+                        baseline_tok_s=item.get("baseline_tok_s"),
+                        speedup=item.get("speedup"),
+                    )
                 )
-            )
+        return len(items)
 
     def recommendations(self, study: StudyRecord) -> list[RecommendationRecord]:
         with self.session() as s:
@@ -438,10 +645,149 @@ class Store:
             ]
 
 
+@dataclass(frozen=True)
+class Lease:
+    """A driver's hold on one study (see ``Store.lease``)."""
+
+    study: str
+    token: str
+    pid: int
+    host: str
+    acquired_at: datetime
+    ttl_s: float
+
+
+@dataclass(frozen=True)
+class LeaseHolder:
+    """Who holds a live lease, for the message a second driver prints."""
+
+    token: str
+    pid: int
+    host: str
+    acquired_at: datetime
+    expires_at: datetime
+
+
+class _LeaseKeeper(threading.Thread):
+    """Renews a lease until stopped; a failed renewal is retried at the next beat."""
+
+    def __init__(self, store: Store, lease: Lease):
+        super().__init__(name=f"autotune-lease-{lease.study}", daemon=True)
+        self.store = store
+        self.lease = lease
+        self.lost = False
+        self._stop_event = threading.Event()
+
+    def run(self) -> None:
+        interval = max(0.2, self.lease.ttl_s / 6)
+        while not self._stop_event.wait(interval):
+            try:
+                if not self.store.renew_lease(self.lease):
+                    self.lost = True
+                    return
+            except Exception:  # a busy database: try again next beat
+                continue
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        self.join(timeout=10)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, owned by someone else
+        return True
+    return True
+
+
+def check_sqlite_file(path: Path) -> None:
+    """``PRAGMA quick_check`` on an existing store file: a damaged file, or one that is not a
+    database at all, is a one-line error naming it instead of reading as an empty store."""
+    try:
+        if not path.exists() or path.stat().st_size == 0:
+            return
+        if not path.is_file():
+            raise CorruptStoreError(f"{path}: not a file")
+    except OSError as exc:
+        raise SpecError(f"cannot open the store: {exc.strerror or exc}", source=str(path)) from None
+    try:
+        conn = sqlite3.connect(str(path), timeout=SQLITE_BUSY_TIMEOUT_MS / 1000)
+        try:
+            rows = conn.execute("PRAGMA quick_check(1)").fetchall()
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError as exc:
+        raise CorruptStoreError(f"{path}: not a usable SQLite store ({exc})") from None
+    if not rows or rows[0][0] != "ok":
+        detail = rows[0][0] if rows else "no answer"
+        raise CorruptStoreError(f"{path}: the SQLite store is damaged (quick_check: {detail})")
+
+
+@contextmanager
+def schema_lock(engine: Engine, sqlite_path: Path | None) -> Iterator[None]:
+    """Serialize schema creation between processes: an advisory lock on PostgreSQL, an
+    exclusive ``flock`` on a ``.lock`` file beside a SQLite store."""
+    if engine.dialect.name == "postgresql":
+        with engine.connect() as conn:
+            conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": _PG_SCHEMA_LOCK})
+            try:
+                yield
+            finally:
+                conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": _PG_SCHEMA_LOCK})
+                conn.commit()
+    elif sqlite_path is not None:
+        import fcntl
+
+        with open(f"{sqlite_path}.lock", "a") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+    else:
+        yield
+
+
+def _schema_current(engine: Engine) -> bool:
+    with engine.connect() as conn:
+        # Read at call time: tests (and future steps) change the target version.
+        return current_version(conn) == migrations.SCHEMA_VERSION
+
+
+def _optuna_schema_current(engine: Engine) -> bool:
+    with engine.connect() as conn:
+        names = set(inspect(conn).get_table_names())
+        if not {"studies", "trials", "version_info", "alembic_version"} <= names:
+            return False
+        return int(conn.execute(text("SELECT count(*) FROM alembic_version")).scalar_one()) > 0
+
+
+def _live_status(s: Session, row: StudyRow) -> str:
+    """A study left ``running`` by a driver whose lease lapsed (killed, host lost) reads as
+    ``interrupted``, not ``running`` forever."""
+    if row.status != "running":
+        return row.status
+    lease = s.get(LeaseRow, row.name)
+    if lease is None or _aware(lease.expires_at) < utcnow():
+        return "interrupted"
+    return row.status
+
+
+def _aware(value: datetime) -> datetime:
+    """SQLite hands back naive datetimes; every stored time is UTC."""
+    from datetime import timezone
+
+    return value if value.tzinfo is not None else value.replace(tzinfo=timezone.utc)
+
+
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cur = dbapi_conn.cursor()
-    cur.execute("PRAGMA journal_mode=WAL")
+    # The busy timeout first: switching to WAL needs a lock another process may hold.
     cur.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+    cur.execute("PRAGMA journal_mode=WAL")
     cur.execute("PRAGMA foreign_keys=ON")
     cur.close()
 

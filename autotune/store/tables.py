@@ -154,3 +154,21 @@ class RecommendationRow(Base):
     speedup: Mapped[float | None] = mapped_column(Float)
     source: Mapped[str] = mapped_column(String(32), default="measured")
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class LeaseRow(Base):
+    """Which driver runs a study now: one row per study while a `study run`/`resume` is alive.
+
+    The driver renews ``expires_at`` every few seconds (a heartbeat, as Optuna's RDBStorage does
+    for its trials); a row past ``expires_at`` belongs to a dead driver and may be taken over.
+    """
+
+    __tablename__ = "autotune_leases"
+
+    study_name: Mapped[str] = mapped_column(String(128), primary_key=True)
+    token: Mapped[str] = mapped_column(String(64))
+    pid: Mapped[int] = mapped_column(Integer)
+    host: Mapped[str] = mapped_column(String(256))
+    acquired_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    heartbeat_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
