@@ -699,6 +699,8 @@ class StudyReport:
     frame: Any  # pandas.DataFrame, one row per measurement
     summary: Any  # pandas.DataFrame, one row per config × cell
     written: list[Path]
+    notes: tuple[str, ...] = ()
+    """Lines for stderr: how much of a partial study was measured."""
 
 
 def report_study(
@@ -738,7 +740,10 @@ def report_study(
         written.extend(plot_png(df, png_dir))
     if html is not None:
         written.append(write_html(df, html))
-    return StudyReport(df, summary_frame(df), written)
+    record = store.get_study(name)
+    cov = coverage(store, record) if record.status != FINISHED else None
+    notes = () if cov is None or cov.exhausted else (cov.line(name),)
+    return StudyReport(df, summary_frame(df), written, notes)
 
 
 def catalog_json() -> dict[str, Any]:

@@ -84,6 +84,8 @@ def report(
         parquet=parquet_path,
     )
     df, summary, written = rep.frame, rep.summary, rep.written
+    for line in rep.notes:
+        note(f"note: {line}")
     if as_json or fmt == "json":
         echo_json(
             {

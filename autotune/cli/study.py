@@ -245,6 +245,9 @@ def show(ctx: Context, name: str, as_json: bool, fmt: str) -> None:
             f"workloads    {', '.join(spec.workloads)}",
             f"concurrency  {', '.join(map(str, spec.concurrency))}",
             f"repeats      {spec.repeats}   sampler {spec.sampler}   engine {spec.engine.kind}",
+            f"trust_remote_code  yes (by {resolved.trust_remote_code_by})"
+            if resolved.trust_remote_code
+            else None,
             f"space        {api.space_size(resolved)} engine configs\n",
         ):
             if line is not None:

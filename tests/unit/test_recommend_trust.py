@@ -137,6 +137,8 @@ def test_partial_study_says_how_much_was_measured(tmp_path, db_path, autotune):
     explain = autotune("recommend", "--model", "org/tiny", "--workload", "code", "--explain")
     assert "2 of 3 planned configs measured" in explain.stderr
     json.loads(explain.stdout)  # the explanation is on stderr: stdout stays the config
+    report = autotune("report", "partial")
+    assert report.exit_code == 0 and "2 of the 3 configs" in report.stderr
     doc = json.loads(
         autotune("recommend", "--model", "org/tiny", "--workload", "code", "--json").stdout
     )
