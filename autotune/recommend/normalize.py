@@ -48,8 +48,9 @@ def read_config_arg(value: str, stdin: Any = None) -> tuple[str, str]:
 def parse_config_text(text: str, source: str) -> dict[str, Any] | None:
     """A speculative config from JSON or YAML text; ``null`` and ``{}`` mean speculation off.
 
-    A document with one top-level ``speculative_config`` key (what ``recommend --format yaml``
-    writes) is unwrapped.
+    A ``vllm serve --config`` document (what ``recommend --format yaml`` writes: the model,
+    engine args and a ``speculative_config`` key) gives its ``speculative_config``; a document
+    without that key and without ``method`` (a serve config without speculation) means off.
     """
     try:
         data = json.loads(text)
@@ -64,8 +65,9 @@ def parse_config_text(text: str, source: str) -> dict[str, Any] | None:
                 source=source,
                 field=f"line {json_exc.lineno}, column {json_exc.colno}",
             ) from None
-    if isinstance(data, dict) and set(data) == {"speculative_config"}:
-        data = data["speculative_config"]
+    if isinstance(data, dict) and "method" not in data and data:
+        if "speculative_config" in data or "model" in data:
+            data = data.get("speculative_config")
     if data is None or data == {}:
         return None
     if not isinstance(data, dict):

@@ -186,7 +186,10 @@ def _attempt(seed_db: Path, argv_tail: list[str], files: dict[str, str | bytes])
         if code == 2:
             # click's own usage errors (missing argument, bad option) keep click's format.
             if not err.startswith("Usage:"):
-                assert len(err.strip().splitlines()) == 1, err
+                # One line per problem (every spec error at once), each naming where it is.
+                lines = err.strip().splitlines()
+                assert lines and all(line.strip() for line in lines), err
+                assert len(lines) == 1 or lines[0].startswith("autotune: error: "), err
             if file_digest(db) != before:
                 STATS["writes on rejected input"] += 1
             assert file_digest(db) == before, (argv, err)

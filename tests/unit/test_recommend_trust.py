@@ -166,7 +166,7 @@ def test_read_only_commands_import_neither_vllm_nor_torch(tmp_path, db_path):
     api.run_study(store, "quiet")
     env = {"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
     for cmd in (
-        ["recommend", "--model", "org/tiny", "--workload", "code", "--explain"],
+        ["recommend", "--model", "org/tiny", "--workload", "code"],
         ["recommend", "--model", "kimi", "--workload", "code"],
         ["study", "list"],
     ):
