@@ -9,46 +9,21 @@ margin, the answer is "off".
 
 from __future__ import annotations
 
-import json
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
+
+from autotune.spec.methods import config_id
+
+if TYPE_CHECKING:
+    # What choosing reads: the store's measurement record (a report frame's rows are turned
+    # back into such records, see autotune.report.frames).
+    from autotune.store.records import MeasurementRecord as MeasuredRow
 
 MAD_SCALE = 1.4826  # makes the MAD a consistent estimator of sigma under normal noise
 DEFAULT_TIE_PCT = 1.0
-
-
-class MeasuredRow(Protocol):
-    """What choosing needs of a measurement (MeasurementRecord satisfies it)."""
-
-    @property
-    def trial_id(self) -> int: ...
-    @property
-    def method(self) -> str: ...
-    @property
-    def draft(self) -> str | None: ...
-    @property
-    def num_speculative_tokens(self) -> int: ...
-    @property
-    def speculative_config(self) -> dict[str, Any] | None: ...
-    @property
-    def workload(self) -> str: ...
-    @property
-    def workload_digest(self) -> str: ...
-    @property
-    def concurrency(self) -> int: ...
-    @property
-    def output_throughput_tok_s(self) -> float: ...
-    @property
-    def num_drafts(self) -> int: ...
-    @property
-    def num_accepted_tokens(self) -> int: ...
-    @property
-    def accepted_per_pos(self) -> tuple[int, ...]: ...
-    @property
-    def created_at(self) -> Any: ...
 
 
 @dataclass(frozen=True)
@@ -110,10 +85,6 @@ class Choice:
         if self.runner_up is None or self.runner_up.score_tok_s <= 0:
             return None
         return 100.0 * (self.best.score_tok_s / self.runner_up.score_tok_s - 1.0)
-
-
-def _config_key(row: MeasuredRow) -> str:
-    return json.dumps(row.speculative_config, sort_keys=True)
 
 
 def score(rows: Sequence[MeasuredRow]) -> ConfigScore:
@@ -201,7 +172,7 @@ def choose(
         return None
     groups: dict[str, list[MeasuredRow]] = defaultdict(list)
     for r in cell:
-        groups[_config_key(r)].append(r)
+        groups[config_id(r.speculative_config)].append(r)
     scores, screened = screen(score(g) for g in groups.values())
     ranked = rank(scores, tie_pct)
     best = ranked[0]
@@ -247,7 +218,7 @@ def choose_overall(
         # A screening run is a real measurement of a config that loses at this level: it counts
         # toward the config's standing over all levels.
         for s in (*level.ranked, *level.screened):
-            common[json.dumps(s.speculative_config, sort_keys=True)].append(s)
+            common[config_id(s.speculative_config)].append(s)
         if top <= 0:
             return None
     candidates = []

@@ -16,41 +16,30 @@ goodput (requests per second that met the SLO), for an engine run's per-request 
 
 from __future__ import annotations
 
-import json
 import statistics
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from autotune.errors import NoResultError
 from autotune.recommend.choose import (
     DEFAULT_TIE_PCT,
     Choice,
     ConfigScore,
-    MeasuredRow,
     choose,
     choose_overall,
     latest_digest,
 )
+from autotune.spec.methods import config_id
 from autotune.spec.slo import SLO
 
 if TYPE_CHECKING:
     from autotune.engine.stats import RequestTiming
     from autotune.spec.study import StudySpec
+    from autotune.store.records import MeasurementRecord as MeasuredRow
 
 METRICS = ("tpot_ms_p99", "ttft_ms_p99", "itl_ms_p99")
-
-
-class LatencyRow(MeasuredRow, Protocol):
-    """A measurement with its latency percentiles (MeasurementRecord satisfies it)."""
-
-    @property
-    def tpot_ms_p99(self) -> float | None: ...
-    @property
-    def ttft_ms_p99(self) -> float | None: ...
-    @property
-    def itl_ms_p99(self) -> float | None: ...
 
 
 @dataclass(frozen=True)
@@ -146,12 +135,8 @@ class NoConfigMeetsSLO(NoResultError):
         )
 
 
-def _key(config: dict[str, object] | None) -> str:
-    return json.dumps(config, sort_keys=True)
-
-
 def _latencies(
-    rows: Sequence[LatencyRow], workload: str, concurrency: int, digest: str
+    rows: Sequence[MeasuredRow], workload: str, concurrency: int, digest: str
 ) -> dict[str, dict[str, float | None]]:
     """Per config (by speculative_config), the median over repeats of each p99 metric."""
     values: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
@@ -161,7 +146,7 @@ def _latencies(
         for metric in METRICS:
             v = getattr(r, metric)
             if v is not None:
-                values[_key(r.speculative_config)][metric].append(float(v))
+                values[config_id(r.speculative_config)][metric].append(float(v))
     return {
         key: {m: statistics.median(by[m]) if by.get(m) else None for m in METRICS}
         for key, by in values.items()
@@ -169,7 +154,7 @@ def _latencies(
 
 
 def choose_slo(
-    rows: Sequence[LatencyRow],
+    rows: Sequence[MeasuredRow],
     workload: str,
     concurrency: int,
     slo: SLO,
@@ -188,7 +173,7 @@ def choose_slo(
     lat = _latencies(rows, workload, concurrency, digest)
     empty: dict[str, float | None] = dict.fromkeys(METRICS)
     scores = tuple(
-        LatencyScore(s, lat.get(_key(s.speculative_config), empty)) for s in plain.ranked
+        LatencyScore(s, lat.get(config_id(s.speculative_config), empty)) for s in plain.ranked
     )
     meeting = [s for s in scores if s.meets(slo)]
     if meeting:
@@ -264,7 +249,7 @@ def trade_off_rows(choice: SLOChoice, metric: str = "tpot_ms_p99") -> list[dict[
 
 
 def choose_overall_slo(
-    rows: Sequence[LatencyRow],
+    rows: Sequence[MeasuredRow],
     workload: str,
     concurrencies: Sequence[int],
     slo: SLO,
@@ -279,7 +264,7 @@ def choose_overall_slo(
         c = choose_slo(rows, workload, level, slo, tie_pct)
         if c is None:
             continue
-        keys = {_key(s.config.speculative_config) for s in c.meeting}
+        keys = {config_id(s.config.speculative_config) for s in c.meeting}
         allowed = keys if allowed is None else allowed & keys
         if hardest is None or len(c.meeting) < len(hardest.meeting):
             hardest = c
@@ -287,7 +272,7 @@ def choose_overall_slo(
         return None
     if not allowed:
         raise NoConfigMeetsSLO(hardest, workload, hardest.plain.concurrency)
-    kept = [r for r in rows if _key(r.speculative_config) in allowed]
+    kept = [r for r in rows if config_id(r.speculative_config) in allowed]
     return choose_overall(kept, workload, concurrencies, tie_pct)
 
 

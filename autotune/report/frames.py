@@ -9,16 +9,18 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import fields
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
 from autotune.recommend.choose import DEFAULT_TIE_PCT, ConfigScore, rank, score, screen
+from autotune.spec.methods import config_id
+from autotune.store.records import MeasurementRecord
 
 if TYPE_CHECKING:  # the store (SQLAlchemy) loads only when a study is read from it
-    from autotune.store import MeasurementRecord, Store
+    from autotune.store import Store
 
 DEFAULT_MAX_SPREAD_PCT = 10.0
 """Used when a frame does not say which study it came from (e.g. read back from CSV); the same
@@ -75,17 +77,13 @@ _TRAILING = [
     "engine_args",
     "env",
     "created_at",
+    "id",
 ]
 
 
 def config_label(method: str, num_speculative_tokens: int, is_baseline: bool) -> str:
     """``eagle3 N=4``, or ``off`` for the baseline (the same words as the recommendation)."""
     return "off" if is_baseline else f"{method} N={num_speculative_tokens}"
-
-
-def config_json(config: dict[str, Any] | None) -> str:
-    """The speculative config as stable JSON text (``null`` for the baseline)."""
-    return json.dumps(config, sort_keys=True)
 
 
 def acceptance_columns(df: pd.DataFrame) -> list[str]:
@@ -134,7 +132,7 @@ def frame_from_records(records: Sequence[MeasurementRecord]) -> pd.DataFrame:
             "method": r.method,
             "draft": r.draft,
             "num_speculative_tokens": r.num_speculative_tokens,
-            "speculative_config": config_json(r.speculative_config),
+            "speculative_config": config_id(r.speculative_config),
             "workload": r.workload,
             "workload_digest": r.workload_digest,
             "concurrency": r.concurrency,
@@ -164,52 +162,31 @@ def frame_from_records(records: Sequence[MeasurementRecord]) -> pd.DataFrame:
     return df[[*_LEADING, *acc_cols, *_TRAILING]]
 
 
-@dataclass(frozen=True)
-class _Row:
-    """A frame row in the shape ``autotune.recommend.choose.score`` reads."""
-
-    trial_id: int
-    method: str
-    draft: str | None
-    num_speculative_tokens: int
-    speculative_config: dict[str, Any] | None
-    workload: str
-    workload_digest: str
-    concurrency: int
-    output_throughput_tok_s: float
-    num_drafts: int
-    num_accepted_tokens: int
-    accepted_per_pos: tuple[int, ...]
-    created_at: Any
-
-
-def _rows(group: pd.DataFrame, acc_cols: list[str]) -> list[_Row]:
+def _records(group: pd.DataFrame, acc_cols: list[str]) -> list[MeasurementRecord]:
+    """Frame rows back as the store's records (what ``choose.score`` reads); the frame may have
+    made a round trip through CSV, so every cell is converted from its text or NaN form."""
     out = []
     for rec in group.to_dict("records"):
+        values: dict[str, Any] = {}
+        for f in fields(MeasurementRecord):
+            if f.name not in rec:
+                continue
+            v = rec[f.name]
+            values[f.name] = None if not isinstance(v, str | dict) and pd.isna(v) else v
         drafts = int(rec["num_drafts"])
         # a_i was accepted_i / drafts: scaling back gives the counts, so pooled a_i weight each
         # repeat by its number of drafts exactly as the recommendation does.
-        per_pos = tuple(
+        values["accepted_per_pos"] = tuple(
             round(rec[c] * drafts) for c in acc_cols if not pd.isna(rec[c]) and drafts > 0
         )
-        draft = rec["draft"]
-        out.append(
-            _Row(
-                trial_id=int(rec["trial_id"]),
-                method=str(rec["method"]),
-                draft=None if pd.isna(draft) else str(draft),
-                num_speculative_tokens=int(rec["num_speculative_tokens"]),
-                speculative_config=json.loads(rec["speculative_config"]),
-                workload=str(rec["workload"]),
-                workload_digest=str(rec["workload_digest"]),
-                concurrency=int(rec["concurrency"]),
-                output_throughput_tok_s=float(rec["output_throughput_tok_s"]),
-                num_drafts=drafts,
-                num_accepted_tokens=int(rec["num_accepted_tokens"]),
-                accepted_per_pos=per_pos,
-                created_at=rec.get("created_at", datetime.min),
-            )
-        )
+        for name in ("speculative_config", "engine_args", "env"):
+            values[name] = json.loads(rec[name]) if isinstance(rec[name], str) else rec[name]
+        for f in fields(MeasurementRecord):
+            if f.type in ("int", int) and values.get(f.name) is not None:
+                values[f.name] = int(values[f.name])
+        values.setdefault("created_at", datetime.min)
+        values["id"] = int(rec.get("id", 0))
+        out.append(MeasurementRecord(**values))
     return out
 
 
@@ -257,7 +234,7 @@ def summary_frame(
     out: list[dict[str, Any]] = []
     for _, cell in df.groupby(CELL, sort=True):
         scores: list[ConfigScore] = [
-            score(_rows(g, acc_cols)) for _, g in cell.groupby("speculative_config", sort=False)
+            score(_records(g, acc_cols)) for _, g in cell.groupby("speculative_config", sort=False)
         ]
         base = next((s for s in scores if s.is_baseline), None)
         first = cell.iloc[0]
@@ -273,7 +250,7 @@ def summary_frame(
                 "method": s.method,
                 "draft": s.draft,
                 "num_speculative_tokens": s.num_speculative_tokens,
-                "speculative_config": config_json(s.speculative_config),
+                "speculative_config": config_id(s.speculative_config),
                 "repeats": s.repeats,
                 "median_tok_s": s.median_tok_s,
                 "mad_tok_s": s.mad_tok_s,

@@ -16,7 +16,6 @@ measured repeats.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import statistics
 from collections import defaultdict
@@ -30,7 +29,7 @@ from autotune.recommend.choose import DEFAULT_TIE_PCT, latest_digest
 from autotune.search.space import Option, SearchSpace
 from autotune.search.strategy import SearchState, plan_cells
 from autotune.spec.loader import ResolvedStudy
-from autotune.spec.methods import BASELINE, METHODS
+from autotune.spec.methods import BASELINE, METHODS, config_id
 from autotune.store import MeasurementRecord
 
 Level = tuple[str, int]
@@ -290,10 +289,10 @@ class ModelStrategy:
         noise = self._noise(cells)
         incumbent = self._incumbent(cells, noise)
         mine = {
-            n: cells.get(_spec_key(state.space.config(option, n).speculative_config()), {})
+            n: cells.get(config_id(state.space.config(option, n).speculative_config()), {})
             for n in option.n_values
         }
-        base_cells = cells.get(_spec_key(None), {})
+        base_cells = cells.get(config_id(None), {})
         out = set()
         for w, c in levels:
             inc = incumbent.get((w, c))
@@ -353,13 +352,13 @@ class ModelStrategy:
         workloads = sorted({w for w, _ in levels})
         incumbent = self._incumbent(cells, noise)
         baseline = space.baseline()
-        base_cells = cells.get(_spec_key(None), {}) if baseline is not None else {}
+        base_cells = cells.get(config_id(None), {}) if baseline is not None else {}
         fitted = []
         for option in _speculative(space):
             configs = {n: space.config(option, n) for n in option.n_values}
             if not any(state.done.get(c.key()) is not None for c in configs.values()):
                 continue
-            mine = {n: cells.get(_spec_key(c.speculative_config()), {}) for n, c in configs.items()}
+            mine = {n: cells.get(config_id(c.speculative_config()), {}) for n, c in configs.items()}
             models = {w: self._fit(option, mine, base_cells, w, noise) for w in workloads}
             fitted.append((option, configs, mine, models))
         # Configs still running count as measured at their predicted throughput ("believer"
@@ -575,10 +574,6 @@ def _speculative(space: SearchSpace) -> list[Option]:
     return [o for o in space.options if o.method != BASELINE]
 
 
-def _spec_key(speculative_config: Mapping[str, object] | None) -> str:
-    return json.dumps(speculative_config, sort_keys=True)
-
-
 def _current_rows(rows: Sequence[MeasurementRecord]) -> list[MeasurementRecord]:
     """Rows of each workload's newest prompt set only (older prompt sets never mix in)."""
     digests = {w: latest_digest(rows, w) for w in {r.workload for r in rows}}
@@ -590,7 +585,7 @@ def _cells(rows: Sequence[MeasurementRecord]) -> dict[str, dict[Level, Point]]:
     groups: dict[str, dict[Level, list[MeasurementRecord]]] = defaultdict(lambda: defaultdict(list))
     for r in rows:
         if r.output_throughput_tok_s > 0:
-            groups[_spec_key(r.speculative_config)][(r.workload, r.concurrency)].append(r)
+            groups[config_id(r.speculative_config)][(r.workload, r.concurrency)].append(r)
     return {
         key: {level: _point(group) for level, group in cells.items()}
         for key, cells in groups.items()

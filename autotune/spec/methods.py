@@ -6,6 +6,7 @@ about) lives here, so study validation, the search space and the recommendation 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -258,3 +259,11 @@ def speculative_config(
     config["num_speculative_tokens"] = num_speculative_tokens
     config.update(dict(sorted(params.items())))
     return config
+
+
+def config_id(speculative_config: Mapping[str, Any] | None) -> str:
+    """The identity of a speculative choice: its ``--speculative-config`` JSON with sorted keys
+    (``"null"`` for no speculation). Measurements are grouped by it wherever configs are
+    compared (choosing, the report, the search's model); an engine's identity, which adds the
+    model, engine args and environment, is :meth:`autotune.engine.EngineConfig.key`."""
+    return json.dumps(speculative_config, sort_keys=True)

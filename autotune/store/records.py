@@ -6,6 +6,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from autotune.engine._base import Measurement
+
 
 @dataclass(frozen=True)
 class StudyRecord:
@@ -55,8 +57,12 @@ class TrialRecord:
     engine_started_at: float | None = None
 
 
-@dataclass(frozen=True)
-class MeasurementRecord:
+@dataclass(frozen=True, kw_only=True)
+class MeasurementRecord(Measurement):
+    """A stored measurement: the engine's :class:`~autotune.engine.Measurement` (every metric,
+    declared once there) with what the store adds: its ids, the config it measured and the
+    engine's provenance."""
+
     id: int
     trial_id: int
     study: str
@@ -65,29 +71,6 @@ class MeasurementRecord:
     draft: str | None
     num_speculative_tokens: int
     speculative_config: dict[str, Any] | None
-    workload: str
-    workload_digest: str
-    concurrency: int
-    repeat: int
-    seed: int
-    num_requests: int
-    num_prompt_tokens: int
-    num_output_tokens: int
-    measure_s: float
-    output_throughput_tok_s: float
-    request_throughput_req_s: float
-    ttft_ms_p50: float | None
-    ttft_ms_p99: float | None
-    tpot_ms_p50: float | None
-    tpot_ms_p99: float | None
-    itl_ms_p50: float | None
-    itl_ms_p99: float | None
-    num_drafts: int
-    num_draft_tokens: int
-    num_accepted_tokens: int
-    accepted_per_pos: tuple[int, ...]
-    mean_acceptance_length: float | None
-    max_inflight: int
     engine_start_s: float | None
     vllm_version: str
     device_name: str
@@ -96,7 +79,7 @@ class MeasurementRecord:
     env: dict[str, str]
     created_at: datetime
     ray_node_id: str | None = None
-    """The Ray node the engine ran on (None outside Ray, or stored before schema 2)."""
+    """The Ray node the engine ran on (None outside Ray, or stored before schema 3)."""
     device_ids: str | None = None
     """The accelerator ids the engine held, comma-separated ("" on the CPU)."""
 

@@ -15,7 +15,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -354,29 +354,8 @@ class Store:
             s.add(
                 MeasurementRow(
                     trial_id=trial_id,
-                    workload=m.workload,
-                    workload_digest=m.workload_digest,
-                    concurrency=m.concurrency,
-                    repeat=m.repeat,
-                    seed=m.seed,
-                    num_requests=m.num_requests,
-                    num_prompt_tokens=m.num_prompt_tokens,
-                    num_output_tokens=m.num_output_tokens,
-                    measure_s=m.measure_s,
-                    output_throughput_tok_s=m.output_throughput_tok_s,
-                    request_throughput_req_s=m.request_throughput_req_s,
-                    ttft_ms_p50=m.ttft_ms_p50,
-                    ttft_ms_p99=m.ttft_ms_p99,
-                    tpot_ms_p50=m.tpot_ms_p50,
-                    tpot_ms_p99=m.tpot_ms_p99,
-                    itl_ms_p50=m.itl_ms_p50,
-                    itl_ms_p99=m.itl_ms_p99,
-                    num_drafts=m.num_drafts,
-                    num_draft_tokens=m.num_draft_tokens,
-                    num_accepted_tokens=m.num_accepted_tokens,
-                    accepted_per_pos=list(m.accepted_per_pos),
+                    **observed(m),
                     mean_acceptance_length=m.mean_acceptance_length,
-                    max_inflight=m.max_inflight,
                     vllm_version=info.vllm_version,
                     device_name=info.device_name,
                     device_arch=info.device_arch,
@@ -828,8 +807,18 @@ def _trial_record(r: TrialRow) -> TrialRecord:
     )
 
 
+def observed(m: Measurement) -> dict[str, Any]:
+    """A measurement's fields as column values (one list of them: :class:`Measurement`)."""
+    values = {f.name: getattr(m, f.name) for f in fields(Measurement)}
+    values["accepted_per_pos"] = list(m.accepted_per_pos)
+    return values
+
+
 def _measurement_record(m: MeasurementRow, t: TrialRow, st: StudyRow) -> MeasurementRecord:
+    values = {f.name: getattr(m, f.name) for f in fields(Measurement)}
+    values["accepted_per_pos"] = tuple(m.accepted_per_pos or ())
     return MeasurementRecord(
+        **values,
         id=m.id,
         trial_id=t.id,
         study=st.name,
@@ -838,29 +827,6 @@ def _measurement_record(m: MeasurementRow, t: TrialRow, st: StudyRow) -> Measure
         draft=t.draft,
         num_speculative_tokens=t.num_speculative_tokens,
         speculative_config=t.speculative_config,
-        workload=m.workload,
-        workload_digest=m.workload_digest,
-        concurrency=m.concurrency,
-        repeat=m.repeat,
-        seed=m.seed,
-        num_requests=m.num_requests,
-        num_prompt_tokens=m.num_prompt_tokens,
-        num_output_tokens=m.num_output_tokens,
-        measure_s=m.measure_s,
-        output_throughput_tok_s=m.output_throughput_tok_s,
-        request_throughput_req_s=m.request_throughput_req_s,
-        ttft_ms_p50=m.ttft_ms_p50,
-        ttft_ms_p99=m.ttft_ms_p99,
-        tpot_ms_p50=m.tpot_ms_p50,
-        tpot_ms_p99=m.tpot_ms_p99,
-        itl_ms_p50=m.itl_ms_p50,
-        itl_ms_p99=m.itl_ms_p99,
-        num_drafts=m.num_drafts,
-        num_draft_tokens=m.num_draft_tokens,
-        num_accepted_tokens=m.num_accepted_tokens,
-        accepted_per_pos=tuple(m.accepted_per_pos or ()),
-        mean_acceptance_length=m.mean_acceptance_length,
-        max_inflight=m.max_inflight,
         engine_start_s=t.engine_start_s,
         vllm_version=m.vllm_version,
         device_name=m.device_name,
