@@ -65,9 +65,9 @@ def parse_config_text(text: str, source: str) -> dict[str, Any] | None:
                 source=source,
                 field=f"line {json_exc.lineno}, column {json_exc.colno}",
             ) from None
-    if isinstance(data, dict) and "method" not in data and data:
-        if "speculative_config" in data or "model" in data:
-            data = data.get("speculative_config")
+    serve_config = isinstance(data, dict) and ("speculative_config" in data or "model" in data)
+    if serve_config and "method" not in data:
+        data = data.get("speculative_config")
     if data is None or data == {}:
         return None
     if not isinstance(data, dict):

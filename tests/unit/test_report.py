@@ -27,7 +27,7 @@ from autotune.report import (
     write_csv,
     write_html,
 )
-from autotune.report.frames import config_json
+from autotune.spec.methods import config_id
 from autotune.store import Store
 
 WORKLOADS = ("code", "chat")
@@ -230,7 +230,7 @@ def test_a_screening_run_is_never_chosen_and_ranks_last(filled, frame):
     keep = ~(
         (frame["workload"] == "code")
         & (frame["concurrency"] == 1)
-        & (frame["speculative_config"] == config_json(key))
+        & (frame["speculative_config"] == config_id(key))
         & (frame["repeat"] != 0)
     )
     summary = summary_frame(frame[keep])
