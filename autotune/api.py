@@ -472,3 +472,56 @@ def export_landscape(store: Store, study: str, path: Path) -> int:
     ]
     path.parent.mkdir(parents=True, exist_ok=True)
     return write_landscape(path, points)
+
+
+def verify(
+    store: Store,
+    model: str,
+    workload: str,
+    *,
+    study: str | None = None,
+    dsd: bool = False,
+    tolerance_pct: float = 10.0,
+    repeats: int = 1,
+    workdir: Path | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> Any:
+    """Serve the recommendation (or, ``dsd``, its Dynamic SD table) with ``vllm serve``, measure
+    it and its reference with ``vllm bench serve`` at each of the study's concurrency levels,
+    store the comparison with the study and return it (``autotune.verify.compare.Verification``;
+    ``.passed`` is False when a level's server-path speedup differs from the study's by more
+    than ``tolerance_pct`` percent)."""
+    from autotune.verify.run import verify as run_verify
+
+    return run_verify(
+        store,
+        model,
+        workload,
+        study=study,
+        dsd=dsd,
+        tolerance=tolerance_pct / 100.0,
+        repeats=repeats,
+        workdir=workdir,
+        progress=progress,
+    )
+
+
+def verifications(store: Store, study: StudyRecord, workload: str | None = None) -> list[Any]:
+    """The newest stored verification per (workload, mode) of a study, as
+    ``(created_at, Verification)`` pairs (shown by ``report`` and ``check``)."""
+    from autotune.verify.run import latest
+
+    return latest(store, study, workload)
+
+
+def verification_lines(
+    store: Store, study: StudyRecord | str, workload: str | None = None
+) -> list[str]:
+    """One line per stored verification (newest per workload and mode), for ``report``/``check``."""
+    from autotune.verify.compare import summary_line
+
+    record = store.get_study(study) if isinstance(study, str) else study
+    return [
+        summary_line(v, f"{when:%Y-%m-%d %H:%M}")
+        for when, v in verifications(store, record, workload)
+    ]

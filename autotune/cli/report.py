@@ -64,6 +64,7 @@ def report(
       autotune report tiny-cpu
       autotune report tiny-cpu --png plots/ --html report.html --csv tiny-cpu.csv
     """
+    from autotune import api
     from autotune.errors import NoResultError
     from autotune.report import (
         measurements_frame,
@@ -110,6 +111,8 @@ def report(
     con = console()
     con.print(f"[bold]{study_name}[/bold] · {df.attrs.get('model')}  ({provenance(df)})")
     con.print(summary_table(summary))
+    for line in api.verification_lines(ctx.store(), study_name):  # autotune verify
+        con.print(line)
     for path in written:
         click.echo(f"wrote {path}")
 
