@@ -15,7 +15,7 @@ ACCEL := $(shell if [ -e /dev/kfd ] || command -v rocm-smi >/dev/null 2>&1; then
                  elif command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then echo cuda; \
                  else echo cpu; fi)
 
-.PHONY: install test test-unit test-integration lint format demo bench-search bench-stress bench-cli recommend check clean help
+.PHONY: install test test-unit test-integration lint format demo verify bench-search bench-stress bench-cli bench-fidelity recommend check clean help
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -62,6 +62,9 @@ demo:  ## run studies/tiny-cpu.yaml end to end on the real vLLM CPU engine and p
 	$(AUTOTUNE) --db sqlite:///studies/demo.db study run tiny-cpu
 	$(AUTOTUNE) --db sqlite:///studies/demo.db recommend --model tiny --workload code --explain
 
+verify:  ## after make demo: serve its recommendation with vllm serve, measure it with vllm bench serve, compare with the study
+	$(AUTOTUNE) --db sqlite:///studies/demo.db verify --model tiny --workload code
+
 bench-search:  ## every landscape in bench/landscapes x every search strategy x 3 seeds, as one table
 	$(PY) bench/search_all.py --seeds 3
 
@@ -70,6 +73,9 @@ bench-stress:  ## model vs tpe vs grid on 12 random landscapes nobody tuned the 
 
 bench-cli:  ## wall time of the read-only commands (recommend, check, study list/show, report) beside `import autotune`
 	$(PY) bench/cli_time.py
+
+bench-fidelity:  ## autotune's harness vs vllm bench serve against vllm serve: one config and the baseline, 3 interleaved repeats
+	$(PY) bench/fidelity.py --repeats 3
 
 recommend:  ## print the recommended --speculative-config: make recommend MODEL=kimi WORKLOAD=code
 	$(AUTOTUNE) recommend --model $(MODEL) --workload $(WORKLOAD)

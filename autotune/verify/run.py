@@ -84,6 +84,15 @@ def plan_fixed(rec: Any, trials: Sequence[TrialRecord], seed: int) -> Plan:
     from autotune.verify.server import engine_kwargs
 
     best = rec.choice.best
+    label = best.label()
+    if best.is_baseline:
+        # "Off" is recommended: verify that verdict, i.e. that the study's best speculative
+        # config also loses (or wins by as little) through the server.
+        drafting = [s for s in (*rec.choice.ranked, *rec.choice.screened) if not s.is_baseline]
+        if not drafting:
+            raise NoResultError(f"study {rec.study.name!r} measured no speculative config")
+        best = drafting[0]
+        label = f"{best.label()} (best drafting config; recommended: off)"
     by_id = {t.id: t for t in trials}
     target_trial = by_id.get(best.trial_ids[0])
     base_trial = next((t for t in trials if t.method == "none" and t.state == "complete"), None)
@@ -100,7 +109,7 @@ def plan_fixed(rec: Any, trials: Sequence[TrialRecord], seed: int) -> Plan:
         )
     return Plan(
         mode="fixed",
-        label=best.label,
+        label=label,
         reference_label="baseline",
         target=engine_kwargs(engine_config(rec.study.model, target_trial), seed),
         reference=engine_kwargs(engine_config(rec.study.model, base_trial), seed),
@@ -164,7 +173,7 @@ def plan_dsd(rec: Any, trials: Sequence[TrialRecord], seed: int) -> Plan:
     return Plan(
         mode="dsd",
         label=f"Dynamic SD {dsd['method']} {table}",
-        reference_label=f"fixed {best.label}",
+        reference_label=f"fixed {best.label()}",
         target=target,
         reference=engine_kwargs(engine_config(rec.study.model, fixed_trial), seed),
         study_numbers=numbers,

@@ -47,7 +47,6 @@ def test_verify_serves_the_recommendation(tmp_path: Path) -> None:
     store = Store(str(db))
     api.create_study(store, path)
     api.run_study(store, "verify")
-    rec = api.recommend(store, "tiny", "code")
     env = {**os.environ, "AUTOTUNE_DB": str(db)}
     cmd = [sys.executable, "-m", "autotune.cli", "verify", "--model", "tiny", "--workload",
            "code", "--workdir", str(tmp_path / "work")]  # fmt: skip
@@ -74,9 +73,12 @@ def test_verify_serves_the_recommendation(tmp_path: Path) -> None:
     for lv in v.levels:
         assert lv.server_tok_s > 0 and lv.server_reference_tok_s > 0
         assert lv.study_tok_s and lv.study_reference_tok_s
-        if not rec.choice.best.is_baseline:
-            assert lv.server_al is not None and lv.server_al > 1.0
+        # A drafting config is served even when "off" is recommended (its loss is verified).
+        assert lv.server_al is not None and lv.server_al > 1.0
+        assert lv.study_al is not None and lv.study_al > 1.0
     assert v.command.startswith("vllm serve ") and "--host 127.0.0.1" in v.command
+    assert "--speculative-config" in v.command and "ngram" in v.command
+    assert "--speculative-config" not in v.reference_command
     # No server is left behind: each ran in its own process group, killed at the end.
     port = v.command.split("--port ")[1].split()[0]
     ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout

@@ -171,3 +171,52 @@ def test_requests_follow_the_harness_order(tmp_path) -> None:
     assert flags["--max-concurrency"] == "2" and flags["--num-prompts"] == "5"
     assert flags["--custom-output-len"] == "-1" and flags["--dataset-name"] == "custom"
     assert "--ignore-eos" in argv and "--skip-chat-template" in argv
+
+
+# --- bad input: one line, exit 2, no server started, nothing written --------------------------
+
+
+@pytest.fixture
+def replayed(db_path):
+    from autotune import api
+    from autotune.search.bench import study_from_landscape
+    from autotune.store import Store
+    from tests.conftest import REPO
+
+    landscape = REPO / "bench" / "landscapes" / "cpu-tiny-llama.csv"
+    store = Store(str(db_path))
+    data = study_from_landscape(landscape, "grid", sampler="grid")
+    api.create_study(store, data=data, source=str(landscape))
+    api.run_study(store, "grid", max_configs=3)
+    return store
+
+
+def test_verify_refuses_a_replayed_study(replayed, autotune, db_path) -> None:
+    from tests.conftest import file_digest
+
+    before = file_digest(db_path)
+    result = autotune("verify", "--model", "tiny", "--workload", "code")
+    assert result.exit_code == 2
+    assert result.stderr.strip().count("\n") == 0
+    assert "replays a recorded landscape" in result.stderr and "Traceback" not in result.stderr
+    assert file_digest(db_path) == before
+
+
+def test_verify_bad_tolerance_and_missing_study(autotune) -> None:
+    result = autotune("verify", "--model", "tiny", "--workload", "code", "--tolerance", "0")
+    assert result.exit_code == 2 and "--tolerance" in result.stderr
+    result = autotune("verify", "--model", "tiny", "--workload", "code")
+    assert result.exit_code == 1 and "nothing measured" in result.stderr
+
+
+def test_report_and_check_show_a_stored_verification(replayed, autotune, tmp_path) -> None:
+    from autotune.verify.run import save
+
+    study = replayed.get_study("grid")
+    save(replayed, study, _verification((_level(1, (300.0, 200.0), (290.0, 200.0)),)))
+    result = autotune("report", "grid")
+    assert result.exit_code == 0 and "verified through vllm serve" in result.stdout
+    deployed = tmp_path / "deployed.json"
+    deployed.write_text("null\n")
+    result = autotune("check", "--model", "tiny", "--workload", "code", "--config", str(deployed))
+    assert "verified through vllm serve" in result.stderr and "passed" in result.stderr
