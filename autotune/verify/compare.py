@@ -175,7 +175,8 @@ def render(v: Verification) -> str:
 
 def summary_line(v: Verification, when: str = "") -> str:
     """One line for ``report`` and ``check``."""
-    worst = max((abs(lv.deviation) for lv in v.levels if lv.deviation is not None), default=None)
+    devs = [lv.deviation for lv in v.levels if lv.deviation is not None]
+    worst = max(devs, key=abs) if devs else None
     state = "passed" if v.passed else "FAILED"
     at = f" on {when}" if when else ""
     return (
