@@ -111,6 +111,7 @@ class Server:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,  # its own process group: the engine core dies with it
+                preexec_fn=_die_with_parent,
             )
         try:
             self._wait_healthy()
@@ -152,6 +153,17 @@ class Server:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(30)
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGTERM it when autotune dies, even by SIGKILL, so a killed
+    ``verify`` leaves no server behind (Linux ``PR_SET_PDEATHSIG``; elsewhere a no-op)."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 def _last_error(log: Path) -> str:
