@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -46,6 +47,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup-requests", type=int, default=2)
     p.add_argument("--json", dest="json_path", type=Path, help="also write the runs as JSON")
     args = p.parse_args(argv)
+    # vLLM logs to stdout by default; keep stdout for the table (read when vLLM is imported).
+    os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
 
     from autotune.engine._base import EngineConfig, MeasureSettings
     from autotune.engine.vllm import VLLMEngine
