@@ -220,3 +220,25 @@ def test_report_and_check_show_a_stored_verification(replayed, autotune, tmp_pat
     deployed.write_text("null\n")
     result = autotune("check", "--model", "tiny", "--workload", "code", "--config", str(deployed))
     assert "verified through vllm serve" in result.stderr and "passed" in result.stderr
+
+
+def test_verifications_go_with_their_study(replayed) -> None:
+    from autotune import api
+    from autotune.verify.run import save
+
+    study = replayed.get_study("grid")
+    older = _verification((_level(1, (300.0, 200.0), (200.0, 200.0)),))
+    newer = _verification((_level(1, (300.0, 200.0), (295.0, 200.0)),))
+    save(replayed, study, older)
+    save(replayed, study, newer)
+    (only,) = api.verifications(replayed, study)  # the newest per (workload, mode)
+    assert only[1] == newer
+    assert api.verifications(replayed, study, "chat") == []
+    (line,) = api.verification_lines(replayed, "grid")
+    assert "ngram N=2 vs baseline (code), passed" in line and "-1.7%" in line
+    api.delete_study(replayed, "grid")
+    assert replayed.list_studies() == []
+    from sqlalchemy import text
+
+    with replayed.session() as s:
+        assert s.execute(text("SELECT count(*) FROM autotune_verifications")).scalar() == 0
