@@ -240,8 +240,8 @@ def verify(
     from autotune.api import recommend
     from autotune.verify.server import scratch_dir
 
-    if not 0 < tolerance < 10:
-        raise SpecError("must be a fraction between 0 and 10 (0.1 = 10%)", source="--tolerance")
+    if not tolerance > 0:
+        raise SpecError("must be above 0 percent", source="--tolerance")
     if repeats < 1:
         raise SpecError("must be at least 1", source="--repeats")
     say = progress or (lambda _: None)
