@@ -17,7 +17,7 @@ ACCEL := $(shell if [ -e /dev/kfd ] || command -v rocm-smi >/dev/null 2>&1; then
                  elif command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then echo cuda; \
                  else echo cpu; fi)
 
-.PHONY: install test test-unit test-contract test-integration lint format demo bench-search bench-stress bench-cli bench-scale recommend check clean help
+.PHONY: install test test-unit test-contract test-integration lint format demo verify bench-search bench-stress bench-cli bench-scale bench-fidelity recommend check clean help
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -74,6 +74,9 @@ demo: $(STAMP)  ## run studies/tiny-cpu.yaml end to end on the real vLLM CPU eng
 	$(AUTOTUNE) --db sqlite:///studies/demo.db study run tiny-cpu
 	$(AUTOTUNE) --db sqlite:///studies/demo.db recommend --model tiny --workload code --explain
 
+verify: $(STAMP)  ## after make demo: serve its recommendation with vllm serve, measure it with vllm bench serve, compare with the study
+	$(AUTOTUNE) --db sqlite:///studies/demo.db verify --model tiny --workload code
+
 bench-search: $(STAMP)  ## every landscape in bench/landscapes x every search strategy x 3 seeds, as one table
 	$(PY) bench/search_all.py --seeds 3
 
@@ -85,6 +88,9 @@ bench-cli: $(STAMP)  ## wall time of the read-only commands (recommend, check, s
 
 bench-scale: $(STAMP)  ## a replay study on 1, 2, 4, 8 logical GPUs through the Ray pool: wall time, busy fraction
 	$(PY) bench/scale.py
+
+bench-fidelity: $(STAMP)  ## autotune's harness vs vllm bench serve against vllm serve: one config and the baseline, 3 interleaved repeats
+	$(PY) bench/fidelity.py --repeats 3
 
 recommend: $(STAMP)  ## print the recommended --speculative-config: make recommend MODEL=kimi WORKLOAD=code
 	$(AUTOTUNE) recommend --model $(MODEL) --workload $(WORKLOAD)

@@ -701,6 +701,8 @@ class StudyReport:
     written: list[Path]
     notes: tuple[str, ...] = ()
     """Lines for stderr: how much of a partial study was measured."""
+    verified: tuple[str, ...] = ()
+    """One line per stored ``autotune verify`` of the study (newest per workload and mode)."""
 
 
 def report_study(
@@ -743,7 +745,8 @@ def report_study(
     record = store.get_study(name)
     cov = coverage(store, record) if record.status != FINISHED else None
     notes = () if cov is None or cov.exhausted else (cov.line(name),)
-    return StudyReport(df, summary_frame(df), written, notes)
+    verified = tuple(verification_lines(store, record))
+    return StudyReport(df, summary_frame(df), written, notes, verified)
 
 
 def catalog_json() -> dict[str, Any]:
@@ -774,3 +777,56 @@ def list_workloads() -> list[dict[str, Any]]:
             }
         )
     return rows
+
+
+def verify(
+    store: Store,
+    model: str,
+    workload: str,
+    *,
+    study: str | None = None,
+    dsd: bool = False,
+    tolerance_pct: float = 10.0,
+    repeats: int = 1,
+    workdir: Path | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> Any:
+    """Serve the recommendation (or, ``dsd``, its Dynamic SD table) with ``vllm serve``, measure
+    it and its reference with ``vllm bench serve`` at each of the study's concurrency levels,
+    store the comparison with the study and return it (``autotune.verify.compare.Verification``;
+    ``.passed`` is False when a level's server-path speedup differs from the study's by more
+    than ``tolerance_pct`` percent)."""
+    from autotune.verify.run import verify as run_verify
+
+    return run_verify(
+        store,
+        model,
+        workload,
+        study=study,
+        dsd=dsd,
+        tolerance=tolerance_pct / 100.0,
+        repeats=repeats,
+        workdir=workdir,
+        progress=progress,
+    )
+
+
+def verifications(store: Store, study: StudyRecord, workload: str | None = None) -> list[Any]:
+    """The newest stored verification per (workload, mode) of a study, as
+    ``(created_at, Verification)`` pairs (shown by ``report`` and ``check``)."""
+    from autotune.verify.run import latest
+
+    return latest(store, study, workload)
+
+
+def verification_lines(
+    store: Store, study: StudyRecord | str, workload: str | None = None
+) -> list[str]:
+    """One line per stored verification (newest per workload and mode), for ``report``/``check``."""
+    from autotune.verify.compare import summary_line
+
+    record = store.get_study(study) if isinstance(study, str) else study
+    return [
+        summary_line(v, f"{when:%Y-%m-%d %H:%M}")
+        for when, v in verifications(store, record, workload)
+    ]

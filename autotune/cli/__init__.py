@@ -19,6 +19,7 @@ from autotune.cli.models import models
 from autotune.cli.recommend import recommend
 from autotune.cli.report import report
 from autotune.cli.study import study
+from autotune.cli.verify import verify
 from autotune.cli.workload import workload
 
 
@@ -57,6 +58,7 @@ cli.add_command(export)
 cli.add_command(report)
 cli.add_command(check)
 cli.add_command(bench)
+cli.add_command(verify)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -88,6 +88,8 @@ def check(
         installed_vllm=gate.installed_vllm_version(),
         levels=[lv.concurrency for lv in rec.per_level],
     )
+    for line in api.verification_lines(ctx.store(), rec.study, workload):  # autotune verify
+        click.echo(f"note: {line}", err=True)
     if not result.ok:
         raise gate.CheckFailed(result.reason)
     click.echo(result.reason)

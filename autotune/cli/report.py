@@ -103,6 +103,9 @@ def report(
     if fmt != "tsv":
         click.echo(f"{study_name} · {df.attrs.get('model')}  ({provenance(df)})")
     emit_table(summary_table(summary), fmt)
+    if fmt != "tsv":
+        for line in rep.verified:  # autotune verify
+            click.echo(line)
 
 
 def _clean(row: dict[str, Any]) -> dict[str, Any]:

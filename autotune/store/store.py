@@ -47,6 +47,7 @@ from autotune.store.tables import (
     RecommendationRow,
     StudyRow,
     TrialRow,
+    VerificationRow,
     utcnow,
 )
 
@@ -622,6 +623,40 @@ class Store:
                 )
                 for r in rows
             ]
+
+    def save_verification(
+        self,
+        study: StudyRecord,
+        *,
+        workload: str,
+        mode: str,
+        passed: bool,
+        tolerance: float,
+        result: Mapping[str, Any],
+        vllm_version: str | None,
+    ) -> None:
+        """Store one ``autotune verify`` result with its study."""
+        with self.session() as s:
+            s.add(
+                VerificationRow(
+                    study_id=study.id,
+                    workload=workload,
+                    mode=mode,
+                    passed=passed,
+                    tolerance=tolerance,
+                    result=dict(result),
+                    vllm_version=vllm_version,
+                )
+            )
+
+    def verifications(self, study: StudyRecord, workload: str | None = None) -> list[Any]:
+        """The study's verifications, oldest first: ``(created_at, result JSON)`` pairs."""
+        with self.session() as s:
+            query = select(VerificationRow).where(VerificationRow.study_id == study.id)
+            if workload is not None:
+                query = query.where(VerificationRow.workload == workload)
+            rows = s.scalars(query.order_by(VerificationRow.id)).all()
+            return [(r.created_at, dict(r.result)) for r in rows]
 
 
 @dataclass(frozen=True)

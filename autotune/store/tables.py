@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import JSON, DateTime, Float, ForeignKey, Index, Integer, String, Text
+from sqlalchemy import JSON, Boolean, DateTime, Float, ForeignKey, Index, Integer, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 
@@ -172,3 +172,20 @@ class LeaseRow(Base):
     acquired_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     heartbeat_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class VerificationRow(Base):
+    """A recommendation checked through ``vllm serve`` + ``vllm bench serve`` (``autotune
+    verify``): the per-level comparison with the study's numbers, as JSON."""
+
+    __tablename__ = "autotune_verifications"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    study_id: Mapped[int] = mapped_column(ForeignKey("autotune_studies.id", ondelete="CASCADE"))
+    workload: Mapped[str] = mapped_column(String(128))
+    mode: Mapped[str] = mapped_column(String(16))
+    passed: Mapped[bool] = mapped_column(Boolean)
+    tolerance: Mapped[float] = mapped_column(Float)
+    result: Mapped[dict[str, Any]] = mapped_column(JSON)
+    vllm_version: Mapped[str | None] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

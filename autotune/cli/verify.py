@@ -1,0 +1,100 @@
+"""``autotune verify``: the recommendation through ``vllm serve`` and ``vllm bench serve``,
+compared with the study (exit 0 within tolerance, 1 not)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from autotune.cli._common import Context, echo_json, json_option, pass_ctx
+
+
+@click.command("verify")
+@click.option("--model", required=True, metavar="ALIAS", help="Catalog alias or HF id.")
+@click.option("--workload", required=True, metavar="NAME", help="Workload name.")
+@click.option(
+    "--study",
+    "study_name",
+    default=None,
+    metavar="NAME",
+    help="Verify this study's recommendation [default: the one `recommend` answers from].",
+)
+@click.option(
+    "--dsd",
+    is_flag=True,
+    help="Verify the Dynamic SD table (recommend --format dsd) against the best fixed N "
+    "instead of the recommended config against the baseline.",
+)
+@click.option(
+    "--tolerance",
+    "tolerance_pct",
+    type=click.FloatRange(min=0.0, min_open=True),
+    default=10.0,
+    show_default=True,
+    metavar="PCT",
+    help="Exit 1 when a level's server-path speedup differs from the study's by more than "
+    "PCT percent.",
+)
+@click.option(
+    "--repeats",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="vllm bench serve runs per level and server (the median counts).",
+)
+@click.option(
+    "--workdir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    metavar="DIR",
+    help="Keep the server logs and request files here [default: a temporary directory].",
+)
+@json_option
+@pass_ctx
+def verify(
+    ctx: Context,
+    model: str,
+    workload: str,
+    study_name: str | None,
+    dsd: bool,
+    tolerance_pct: float,
+    repeats: int,
+    workdir: Path | None,
+    as_json: bool,
+) -> None:
+    """Check a recommendation through vLLM's own server and benchmark client.
+
+    Starts `vllm serve` (loopback only) with the recommended command line, drives it with
+    `vllm bench serve` at each of the study's concurrency levels on the study's prompts and
+    output lengths, does the same for the baseline (with --dsd: the Dynamic SD table against
+    the best fixed N), and prints per level the throughput and acceptance length through the
+    server beside the study's in-process numbers, and both speedups. The result is stored with
+    the study (`report` and `check` show it). Exit 1 when a level's server-path speedup
+    differs from the study's by more than --tolerance.
+
+    \b
+    Example:
+      autotune verify --model tiny --workload code
+      autotune verify --model tiny --workload code --dsd --tolerance 15
+    """
+    from autotune import api
+    from autotune.verify.compare import render
+
+    result = api.verify(
+        ctx.store(),
+        model,
+        workload,
+        study=study_name,
+        dsd=dsd,
+        tolerance_pct=tolerance_pct,
+        repeats=repeats,
+        workdir=workdir,
+        progress=lambda line: click.echo(line, err=True),
+    )
+    if as_json:
+        echo_json(result.to_json())
+    else:
+        click.echo(render(result))
+    if not result.passed:
+        raise click.exceptions.Exit(1)

@@ -1,0 +1,354 @@
+"""``autotune verify``: serve the recommendation with ``vllm serve``, drive it with ``vllm bench
+serve`` at each of the study's concurrency levels on the study's prompts, do the same for the
+reference (the baseline, or the best fixed N for a Dynamic SD table), and compare the
+server-path speedup with the study's in-process one."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from autotune.engine._base import EngineConfig, MeasureSettings, PreparedWorkload
+from autotune.errors import NoResultError, SpecError
+from autotune.spec.loader import ResolvedStudy
+from autotune.store import StudyRecord, TrialRecord
+from autotune.verify.compare import (
+    DEFAULT_TOLERANCE,
+    LevelCheck,
+    ServerRun,
+    Verification,
+    median_or_none,
+)
+
+logger = logging.getLogger(__name__)
+
+Progress = Callable[[str], None]
+
+
+def prepare_study_workload(resolved: ResolvedStudy, workload: str) -> PreparedWorkload:
+    """The workload exactly as the study's tuner prepared it (``measurement.max_prompts`` and
+    ``max_tokens`` caps applied), so the server gets the same prompts and output lengths."""
+    from autotune.datasets import prepare
+
+    if workload not in resolved.workloads:
+        raise SpecError(f"the study has no workload {workload!r}", source="--workload")
+    w = resolved.workloads[workload]
+    m = resolved.spec.measurement
+    caps: dict[str, Any] = {}
+    if m.max_prompts is not None and m.max_prompts < w.spec.num_prompts:
+        caps["num_prompts"] = m.max_prompts
+    if m.max_tokens is not None and m.max_tokens < w.spec.max_tokens:
+        caps["max_tokens"] = m.max_tokens
+    return prepare(w.spec.model_copy(update=caps), Path(w.base_dir))
+
+
+def engine_config(model: str, trial: TrialRecord) -> EngineConfig:
+    """The engine a stored trial ran."""
+    return EngineConfig(
+        model=model,
+        method=trial.method,
+        num_speculative_tokens=trial.num_speculative_tokens,
+        draft=trial.draft,
+        method_params=dict(trial.method_params),
+        tensor_parallel_size=trial.tensor_parallel_size,
+        engine_args=dict(trial.engine_args),
+        env=dict(trial.env),
+    )
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What one verification serves and what it compares against."""
+
+    mode: str
+    label: str
+    reference_label: str
+    target: dict[str, Any]
+    """AsyncEngineArgs keywords of the verified engine (the recommended command line)."""
+    reference: dict[str, Any]
+    study_numbers: dict[int, tuple[float | None, float | None, float | None]]
+    """Per level: the study's tok/s of the target, of the reference, and the target's AL."""
+
+
+def _score_of(choice: Any, config: dict[str, Any] | None) -> Any:
+    scores = [*choice.ranked, *choice.screened]
+    if choice.baseline is not None:
+        scores.append(choice.baseline)
+    return next((s for s in scores if (s.speculative_config or None) == (config or None)), None)
+
+
+def plan_fixed(rec: Any, trials: Sequence[TrialRecord], seed: int) -> Plan:
+    from autotune.verify.server import engine_kwargs
+
+    best = rec.choice.best
+    label = best.label()
+    if best.is_baseline:
+        # "Off" is recommended: verify that verdict, i.e. that the study's best speculative
+        # config also loses (or wins by as little) through the server.
+        drafting = [s for s in (*rec.choice.ranked, *rec.choice.screened) if not s.is_baseline]
+        if not drafting:
+            raise NoResultError(f"study {rec.study.name!r} measured no speculative config")
+        best = drafting[0]
+        label = f"{best.label()} (best drafting config; recommended: off)"
+    by_id = {t.id: t for t in trials}
+    target_trial = by_id.get(best.trial_ids[0])
+    base_trial = next((t for t in trials if t.method == "none" and t.state == "complete"), None)
+    if target_trial is None or base_trial is None:
+        raise NoResultError(f"study {rec.study.name!r} has no completed baseline to verify against")
+    numbers = {}
+    for choice in rec.per_level:
+        t = _score_of(choice, best.speculative_config)
+        b = choice.baseline
+        numbers[choice.concurrency] = (
+            t.median_tok_s if t else None,
+            b.median_tok_s if b else None,
+            t.mean_acceptance_length if t else None,
+        )
+    return Plan(
+        mode="fixed",
+        label=label,
+        reference_label="baseline",
+        target=engine_kwargs(engine_config(rec.study.model, target_trial), seed),
+        reference=engine_kwargs(engine_config(rec.study.model, base_trial), seed),
+        study_numbers=numbers,
+    )
+
+
+def plan_dsd(rec: Any, trials: Sequence[TrialRecord], seed: int) -> Plan:
+    """The Dynamic SD table vs the best fixed N. The study's number for the table at a level is
+    that of the fixed config the table runs there (its N, or the baseline where N is 0)."""
+    from autotune.engine.vllm import resolve_ref
+    from autotune.recommend.render import dsd_config
+    from autotune.verify.server import engine_kwargs
+
+    dsd = dsd_config(rec.per_level)
+    best = rec.choice.best
+    if dsd is None or best.is_baseline:
+        raise NoResultError("speculation wins at no level: there is no Dynamic SD table to verify")
+    by_id = {t.id: t for t in trials}
+    fixed_trial = by_id[best.trial_ids[0]]
+    lead = next(
+        (
+            t
+            for t in trials
+            if t.state == "complete"
+            and t.speculative_config
+            and t.speculative_config.get("method") == dsd["method"]
+        ),
+        fixed_trial,
+    )
+    target = engine_kwargs(engine_config(rec.study.model, lead), seed)
+    spec = dict(dsd)
+    if isinstance(spec.get("model"), str):
+        spec["model"] = resolve_ref(spec["model"])
+    target["speculative_config"] = spec
+    numbers = {}
+    for choice in rec.per_level:
+        n = next(
+            row[2]
+            for row in dsd["num_speculative_tokens_per_batch_size"]
+            if row[0] <= choice.concurrency <= row[1]
+        )
+        if n == 0:
+            t = choice.baseline
+        else:
+            t = next(
+                (
+                    s
+                    for s in [*choice.ranked, *choice.screened]
+                    if s.method == dsd["method"] and s.num_speculative_tokens == n
+                ),
+                None,
+            )
+        f = _score_of(choice, best.speculative_config)
+        numbers[choice.concurrency] = (
+            t.median_tok_s if t else None,
+            f.median_tok_s if f else None,
+            t.mean_acceptance_length if t else None,
+        )
+    table = dsd["num_speculative_tokens_per_batch_size"]
+    return Plan(
+        mode="dsd",
+        label=f"Dynamic SD {dsd['method']} {table}",
+        reference_label=f"fixed {best.label()}",
+        target=target,
+        reference=engine_kwargs(engine_config(rec.study.model, fixed_trial), seed),
+        study_numbers=numbers,
+    )
+
+
+def serve_and_bench(
+    kwargs: dict[str, Any],
+    workload: PreparedWorkload,
+    levels: Sequence[int],
+    settings: MeasureSettings,
+    *,
+    repeats: int,
+    warmups: int,
+    workdir: Path,
+    name: str,
+    progress: Progress,
+) -> tuple[str, dict[int, list[ServerRun]]]:
+    """Start one server, run ``vllm bench serve`` at each level ``repeats`` times, stop it."""
+    from autotune.verify.server import Server, bench_argv, bench_serve, requests_file
+
+    runs: dict[int, list[ServerRun]] = {}
+    with Server(kwargs, log=workdir / f"{name}-server.log") as server:
+        progress(f"{name}: {server.command()}")
+        for c in levels:
+            n = settings.num_requests(workload, c)
+            dataset = requests_file(workload, n, workdir)
+            for r in range(repeats):
+                argv = bench_argv(
+                    server,
+                    dataset,
+                    concurrency=c,
+                    num_requests=n,
+                    temperature=workload.temperature,
+                    seed=workload.seed + r,
+                    warmups=warmups if r == 0 else 0,
+                    chat_template=workload.chat_template,
+                )
+                run = bench_serve(argv, c)
+                progress(
+                    f"{name}: concurrency {c} repeat {r}: {run.output_tok_s:.1f} tok/s"
+                    + (f", AL {run.acceptance_length:.2f}" if run.acceptance_length else "")
+                )
+                runs.setdefault(c, []).append(run)
+        command = server.command()
+    return command, runs
+
+
+def verify(
+    store: Any,
+    model: str,
+    workload: str,
+    *,
+    study: str | None = None,
+    dsd: bool = False,
+    tolerance: float = DEFAULT_TOLERANCE,
+    repeats: int = 1,
+    workdir: Path | None = None,
+    progress: Progress | None = None,
+) -> Verification:
+    """Verify the recommendation for (model, workload) through vLLM's server and benchmark
+    client; store the result with the study. Raises SpecError for bad input before any server
+    starts."""
+    from autotune.api import recommend
+    from autotune.verify.server import scratch_dir
+
+    if not tolerance > 0:
+        raise SpecError("must be above 0 percent", source="--tolerance")
+    if repeats < 1:
+        raise SpecError("must be at least 1", source="--repeats")
+    say = progress or (lambda _: None)
+    rec = recommend(store, model, workload, None, study=study)
+    resolved: ResolvedStudy = rec.resolved
+    if resolved.landscape is not None or resolved.spec.engine.kind == "replay":
+        raise SpecError(
+            f"study {rec.study.name!r} replays a recorded landscape: there is no engine to "
+            f"serve; verify a study measured on real engines",
+            source="--study",
+        )
+    trials = store.trials(rec.study)
+    seed = resolved.spec.seed
+    plan = plan_dsd(rec, trials, seed) if dsd else plan_fixed(rec, trials, seed)
+    prepared = prepare_study_workload(resolved, workload)
+    notes: list[str] = []
+    if prepared.digest != rec.choice.workload_digest:
+        notes.append(
+            f"note: the workload's prompts changed since the study measured them "
+            f"(digest {prepared.digest[:12]} vs {rec.choice.workload_digest[:12]})"
+        )
+    m = resolved.spec.measurement
+    settings = MeasureSettings(
+        requests_per_concurrency=m.requests_per_concurrency, timeout_s=m.timeout_s
+    )
+    levels = sorted(plan.study_numbers)
+    with scratch_dir(workdir) as wd:
+        target_cmd, target_runs = serve_and_bench(
+            plan.target,
+            prepared,
+            levels,
+            settings,
+            repeats=repeats,
+            warmups=m.warmup_requests,
+            workdir=wd,
+            name="verified",
+            progress=say,
+        )
+        ref_cmd, ref_runs = serve_and_bench(
+            plan.reference,
+            prepared,
+            levels,
+            settings,
+            repeats=repeats,
+            warmups=m.warmup_requests,
+            workdir=wd,
+            name="reference",
+            progress=say,
+        )
+    checks = []
+    for c in levels:
+        study_tok, study_ref, study_al = plan.study_numbers[c]
+        t, r = target_runs[c], ref_runs[c]
+        checks.append(
+            LevelCheck(
+                concurrency=c,
+                study_tok_s=study_tok,
+                study_reference_tok_s=study_ref,
+                study_al=study_al,
+                server_tok_s=median_or_none([x.output_tok_s for x in t]) or 0.0,
+                server_reference_tok_s=median_or_none([x.output_tok_s for x in r]) or 0.0,
+                server_al=median_or_none([x.acceptance_length for x in t]),
+                server_runs=len(t),
+            )
+        )
+    result = Verification(
+        study=rec.study.name,
+        model=rec.model_alias or rec.model,
+        workload=workload,
+        mode=plan.mode,
+        label=plan.label,
+        reference_label=plan.reference_label,
+        speculative_config=plan.target.get("speculative_config"),
+        reference_config=plan.reference.get("speculative_config"),
+        command=target_cmd,
+        reference_command=ref_cmd,
+        tolerance=tolerance,
+        levels=tuple(checks),
+        vllm_version=_vllm_version(),
+        notes=tuple(notes),
+    )
+    save(store, rec.study, result)
+    return result
+
+
+def _vllm_version() -> str:
+    import vllm  # already imported by the benchmark client
+
+    return str(vllm.__version__)
+
+
+def save(store: Any, study: StudyRecord, v: Verification) -> None:
+    store.save_verification(
+        study,
+        workload=v.workload,
+        mode=v.mode,
+        passed=v.passed,
+        tolerance=v.tolerance,
+        result=v.to_json(),
+        vllm_version=v.vllm_version or None,
+    )
+
+
+def latest(store: Any, study: StudyRecord, workload: str | None = None) -> list[Any]:
+    """The newest verification per (workload, mode) of a study: ``(created_at, Verification)``."""
+    newest: dict[tuple[str, str], Any] = {}
+    for created_at, data in store.verifications(study, workload):
+        v = Verification.from_json(data)
+        newest[(v.workload, v.mode)] = (created_at, v)
+    return [newest[k] for k in sorted(newest)]

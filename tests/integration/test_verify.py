@@ -1,0 +1,86 @@
+"""`autotune verify` end to end: a tiny real study (baseline + n-gram N=2 on vLLM's CPU build),
+then the recommendation served by a real `vllm serve` on loopback and driven by `vllm bench
+serve`; the comparison is printed, stored with the study and decides the exit code."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from autotune import api
+from autotune.store import Store
+from autotune.verify.compare import Verification
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_verify_serves_the_recommendation(tmp_path: Path) -> None:
+    db = tmp_path / "verify.db"
+    study = {
+        "name": "verify",
+        "model": {"name": "tiny"},
+        "workloads": ["code"],
+        "concurrency": [1, 2],
+        "methods": [{"method": "ngram", "num_speculative_tokens": {"min": 2, "max": 2}}],
+        "repeats": 1,
+        "sampler": "grid",
+        "measurement": {
+            "max_prompts": 4,
+            "max_tokens": 32,
+            "warmup_requests": 1,
+            "requests_per_concurrency": 2,
+            "timeout_s": 300,
+            "start_timeout_s": 600,
+        },
+    }
+    path = tmp_path / "verify.yaml"
+    path.write_text(yaml.safe_dump(study))
+    store = Store(str(db))
+    api.create_study(store, path)
+    api.run_study(store, "verify")
+    env = {**os.environ, "AUTOTUNE_DB": str(db)}
+    cmd = [sys.executable, "-m", "autotune.cli", "verify", "--model", "tiny", "--workload",
+           "code", "--workdir", str(tmp_path / "work")]  # fmt: skip
+    proc = subprocess.Popen(
+        cmd, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        start_new_session=True, text=True,
+    )  # fmt: skip
+    try:
+        out, err = proc.communicate(timeout=1200)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    print(out)
+    print(err[-4000:], file=sys.stderr)
+    assert proc.returncode in (0, 1), err[-2000:]
+    assert "server tok/s" in out and "concurrency" in out
+    stored = api.verifications(store, store.get_study("verify"), "code")
+    assert len(stored) == 1
+    _, v = stored[0]
+    assert isinstance(v, Verification)
+    assert (proc.returncode == 0) == v.passed
+    assert [lv.concurrency for lv in v.levels] == [1, 2]
+    for lv in v.levels:
+        assert lv.server_tok_s > 0 and lv.server_reference_tok_s > 0
+        assert lv.study_tok_s and lv.study_reference_tok_s
+        # A drafting config is served even when "off" is recommended (its loss is verified).
+        assert lv.server_al is not None and lv.server_al > 1.0
+        assert lv.study_al is not None and lv.study_al > 1.0
+    assert v.command.startswith("vllm serve ") and "--host 127.0.0.1" in v.command
+    assert "--speculative-config" in v.command and "ngram" in v.command
+    assert "--speculative-config" not in v.reference_command
+    # No server is left behind: each ran in its own process group, killed at the end.
+    port = v.command.split("--port ")[1].split()[0]
+    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    assert f"--port {port}" not in ps
+    assert json.loads(json.dumps(v.to_json()))["passed"] == v.passed
