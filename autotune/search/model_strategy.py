@@ -27,7 +27,7 @@ from autotune.engine._base import EngineConfig, Measurement
 from autotune.perf import PerfModel, Point
 from autotune.recommend.choose import DEFAULT_TIE_PCT, latest_digest
 from autotune.search.space import Option, SearchSpace
-from autotune.search.strategy import SearchState, plan_cells
+from autotune.search.strategy import SearchState, noisy_cell, plan_cells
 from autotune.spec.loader import ResolvedStudy
 from autotune.spec.methods import BASELINE, METHODS, config_id
 from autotune.store import MeasurementRecord
@@ -238,7 +238,7 @@ class ModelStrategy:
             # noise of the level's best.
             extra = rest if contender else self._within_noise(state, config, rest)
             if not extra:
-                return self._close_call(state, mine)
+                return noisy_cell(state.study, measured) or self._close_call(state, mine)
             self._levels[key] = wanted | extra
 
     def _close_call(self, state: SearchState, mine: Mapping[Level, list[float]]) -> Cell | None:

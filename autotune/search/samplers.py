@@ -17,7 +17,7 @@ from typing import Any
 from autotune.cluster.jobs import Cell
 from autotune.engine._base import EngineConfig, Measurement
 from autotune.search.space import SearchSpace
-from autotune.search.strategy import SearchState, Strategy, plan_cells
+from autotune.search.strategy import SearchState, Strategy, noisy_cell, plan_cells
 from autotune.store import MeasurementRecord
 
 SAMPLERS = ("model", "grid", "random", "tpe", "gp")
@@ -218,7 +218,10 @@ class OptunaStrategy:
     ) -> Cell | None:
         done = {(m.workload, m.concurrency, m.repeat) for m in measured}
         cells = plan_cells(state.study)
-        return next((c for c in cells if (c.workload, c.concurrency, c.repeat) not in done), None)
+        planned = next(
+            (c for c in cells if (c.workload, c.concurrency, c.repeat) not in done), None
+        )
+        return planned or noisy_cell(state.study, measured)
 
     def observe(self, config: EngineConfig, value: float | None) -> None:
         """Nothing to do: the sampler reads every trial from the mirror."""

@@ -9,6 +9,8 @@ everything else: the pool, the store, the budget and the Optuna mirror. Implemen
 
 from __future__ import annotations
 
+import statistics
+from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -75,3 +77,22 @@ def plan_cells(study: ResolvedStudy) -> list[Cell]:
         for w in study.spec.workloads
         for c in study.spec.concurrency
     ]
+
+
+def noisy_cell(study: ResolvedStudy, measured: Sequence[Measurement]) -> Cell | None:
+    """One more repeat of a level whose repeats on this engine spread wider than the study's
+    ``measurement.max_spread_pct`` (the report's "noisy" flag: (max - min) / median), up to
+    twice the study's repeats: a cell hit by interference is measured again while its engine
+    is warm instead of being flagged and kept."""
+    full = study.spec.repeats
+    limit = study.spec.measurement.max_spread_pct / 100.0
+    levels: dict[tuple[str, int], list[float]] = defaultdict(list)
+    for m in measured:
+        levels[(m.workload, m.concurrency)].append(m.output_throughput_tok_s)
+    for (workload, concurrency), tputs in sorted(levels.items()):
+        if len(tputs) < max(full, 2) or len(tputs) >= 2 * full:
+            continue
+        median = statistics.median(tputs)
+        if median > 0 and (max(tputs) - min(tputs)) / median > limit:
+            return Cell(workload=workload, concurrency=concurrency, repeat=len(tputs))
+    return None

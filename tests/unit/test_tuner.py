@@ -236,3 +236,28 @@ def test_study_create_from_a_landscape(tmp_path: Path, autotune):
     assert nameless.exit_code == 2 and "--name" in nameless.stderr
     bad = autotune("study", "create", "--landscape", "/etc/hostname", "--name", "x")
     assert bad.exit_code == 2 and "Traceback" not in bad.stderr
+
+
+def test_a_noisy_cell_is_measured_again_while_the_engine_is_warm(tmp_path: Path, store: Store):
+    """Repeats spreading wider than max_spread_pct get one more repeat each, up to twice the
+    study's repeats; a quiet cell gets none."""
+    from autotune.engine import Measurement
+    from autotune.search.strategy import noisy_cell
+    from autotune.spec.loader import ResolvedStudy
+
+    land = write_landscape(tmp_path / "l.csv")
+    created = api.create_study(store, data=study_data(land), source=str(land))
+    study = ResolvedStudy.from_json(created.study.resolved_json)
+    assert study.spec.repeats == 2 and study.spec.measurement.max_spread_pct == 10.0
+
+    def m(c: int, repeat: int, tok_s: float) -> Measurement:
+        return Measurement("code", "d", c, repeat, 0, 1, 1, 1, 1.0, tok_s, 1.0)
+
+    quiet = [m(1, 0, 100), m(1, 1, 104), m(4, 0, 300), m(4, 1, 303)]
+    assert noisy_cell(study, quiet) is None
+    noisy = [m(1, 0, 100), m(1, 1, 187), m(4, 0, 300), m(4, 1, 303)]
+    cell = noisy_cell(study, noisy)
+    assert (cell.workload, cell.concurrency, cell.repeat) == ("code", 1, 2)
+    # Still noisy after the extra repeat: one more, then the bound (2 x repeats) holds.
+    assert noisy_cell(study, [*noisy, m(1, 2, 120)]).repeat == 3
+    assert noisy_cell(study, [*noisy, m(1, 2, 120), m(1, 3, 150)]) is None
