@@ -830,3 +830,59 @@ def verification_lines(
         summary_line(v, f"{when:%Y-%m-%d %H:%M}")
         for when, v in verifications(store, record, workload)
     ]
+
+
+@dataclass(frozen=True)
+class BenchResult:
+    """``autotune bench search``: every run, the per-strategy summaries, and the landscape's
+    grid and oracle engine-seconds."""
+
+    runs: list[dict[str, Any]]
+    summaries: list[Any]  # autotune.search.bench.StrategySummary
+    grid_engine_seconds: float
+    oracle_engine_seconds: float
+
+
+def bench_search(
+    landscape: Path,
+    strategies: Sequence[str] = (),
+    seeds: int = 3,
+    tolerance: float = 1.0,
+    jobs: int | None = None,
+) -> BenchResult:
+    """Replay ``landscape`` through the real tuner loop with each strategy (default: every
+    installed one) over ``seeds`` and score the engine-seconds each needed to reach
+    ``tolerance`` percent of every level's true best."""
+    from autotune.search.bench import available_strategies, grid_and_oracle, run_bench, summarize
+
+    chosen = list(strategies) or available_strategies()
+    runs = run_bench(landscape, chosen, seeds, tolerance, jobs=jobs)
+    grid_s, oracle_s = grid_and_oracle(landscape)
+    return BenchResult(runs, summarize(runs), grid_s, oracle_s)
+
+
+def create_quick_study(
+    store: Store,
+    model: str,
+    workloads: Sequence[str],
+    *,
+    name: str | None = None,
+    concurrency: Sequence[int] = (),
+    methods: Sequence[str] = (),
+    repeats: int | None = None,
+    replace: bool = False,
+) -> Created:
+    """A study from the quick-study flags: the catalog's methods and defaults for ``model``
+    unless ``methods``/``concurrency``/``repeats`` are given."""
+    data: dict[str, Any] = {
+        "name": name or f"{model}-{'-'.join(workloads)}".lower().replace("/", "-"),
+        "model": {"name": model},
+        "workloads": list(workloads),
+    }
+    if concurrency:
+        data["concurrency"] = list(concurrency)
+    if methods:
+        data["methods"] = [{"method": m} for m in methods]
+    if repeats is not None:
+        data["repeats"] = repeats
+    return create_study(store, data=data, source="--model/--workload flags", replace=replace)

@@ -84,16 +84,21 @@ def search(
           --strategy model --strategy grid --strategy tpe --seeds 3
       autotune bench search --landscape L.csv --tolerance 3 --json
     """
-    from autotune.search.bench import available_strategies, grid_and_oracle, run_bench, summarize
+    from autotune import api
 
-    chosen = list(strategies) or available_strategies()
-    results = run_bench(landscape, chosen, seeds, tolerance, jobs=jobs)
+    result = api.bench_search(landscape, strategies, seeds, tolerance, jobs=jobs)
     if as_json:
-        for r in results:
+        for r in result.runs:
             click.echo(json.dumps(r))
         return
-    grid_s, oracle_s = grid_and_oracle(landscape)
-    _print_tables(landscape, results, summarize(results), tolerance, grid_s, oracle_s)
+    _print_tables(
+        landscape,
+        result.runs,
+        result.summaries,
+        tolerance,
+        result.grid_engine_seconds,
+        result.oracle_engine_seconds,
+    )
 
 
 def _print_tables(

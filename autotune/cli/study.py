@@ -109,19 +109,15 @@ def create(
     else:
         if not model or not workloads:
             raise SpecError("give a study FILE, or --model and --workload", source="study create")
-        data: dict[str, Any] = {
-            "name": name or f"{model}-{'-'.join(workloads)}".lower().replace("/", "-"),
-            "model": {"name": model},
-            "workloads": list(workloads),
-        }
-        if concurrency:
-            data["concurrency"] = list(concurrency)
-        if methods:
-            data["methods"] = [{"method": m} for m in methods]
-        if repeats is not None:
-            data["repeats"] = repeats
-        created = api.create_study(
-            store, data=data, source="--model/--workload flags", replace=replace
+        created = api.create_quick_study(
+            store,
+            model,
+            workloads,
+            name=name,
+            concurrency=concurrency,
+            methods=methods,
+            repeats=repeats,
+            replace=replace,
         )
     if as_json:
         echo_json(
