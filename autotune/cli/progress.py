@@ -16,6 +16,7 @@ import sys
 from typing import Any, TextIO
 
 from autotune.engine._base import EngineConfig, Measurement
+from autotune.search.tuner import SilentReporter
 
 
 def _plural(n: int, word: str) -> str:
@@ -29,28 +30,8 @@ def _finished_text(label: str, value: float | None, reason: str | None) -> str:
     return f"done   {label}: {shown} tok/s (geometric mean over its levels)"
 
 
-class QuietReporter:
+class QuietReporter(SilentReporter):
     """Says nothing (``--quiet``): the command's final summary is the only output."""
-
-    def begin(self, total_configs: int, done_configs: int) -> None:
-        pass
-
-    def planned(self, total: int) -> None:
-        pass
-
-    def trial_started(self, config: EngineConfig) -> None:
-        pass
-
-    def measured(self, config: EngineConfig, m: Measurement) -> None:
-        pass
-
-    def trial_finished(
-        self, config: EngineConfig, value: float | None, reason: str | None, best: str | None
-    ) -> None:
-        pass
-
-    def end(self) -> None:
-        pass
 
 
 class LineReporter(QuietReporter):

@@ -284,14 +284,9 @@ class ResolvedStudy(StrictModel):
 
 def current_platform() -> str:
     """rocm, cuda or cpu, without importing torch (``AUTOTUNE_PLATFORM`` overrides)."""
-    forced = os.environ.get("AUTOTUNE_PLATFORM")
-    if forced:
-        return forced
-    if Path("/dev/kfd").exists():
-        return "rocm"
-    if Path("/dev/nvidiactl").exists() or Path("/dev/nvidia0").exists():
-        return "cuda"
-    return "cpu"
+    from autotune.engine.platform import gpu_runtime
+
+    return gpu_runtime()
 
 
 def load_study_file(path: Path) -> StudySpec:
