@@ -425,7 +425,8 @@ def recommend(
     Answers from the study ``select_study`` picks: finished studies first. Under a latency SLO
     (``slo``, an :class:`autotune.spec.slo.SLO`; else the study's own ``slo:`` block) only the
     configs whose p99 latencies meet it are chosen; none meeting it raises
-    :class:`autotune.recommend.slo.NoConfigMeetsSLO` naming the closest.
+    :class:`autotune.recommend.slo.NoConfigMeetsSLO` naming the closest. Each level is judged
+    against the study's ``measurement.max_spread_pct`` (``low_confidence_levels``).
     """
     from autotune.recommend.choose import choose, choose_overall
     from autotune.recommend.slo import NoConfigMeetsSLO, choose_overall_slo, choose_slo, study_slo
