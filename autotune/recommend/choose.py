@@ -148,10 +148,14 @@ class Choice:
     def _inside_noise(self, other: ConfigScore) -> str:
         best = self.best
         role = "the baseline" if other.is_baseline else f"the runner-up {other.label()}"
-        diff = 100.0 * (best.median_tok_s / other.median_tok_s - 1.0)
+        diff = (
+            f"{100.0 * (best.median_tok_s / other.median_tok_s - 1.0):+.1f}%"
+            if other.median_tok_s > 0
+            else "-"
+        )
         return (
             f"{best.label()} vs {role}: median {best.median_tok_s:,.1f} vs "
-            f"{other.median_tok_s:,.1f} tok/s ({diff:+.1f}%), inside their noise "
+            f"{other.median_tok_s:,.1f} tok/s ({diff}), inside their noise "
             f"(± {_pct(best.noise_tok_s, best.median_tok_s)} and "
             f"± {_pct(other.noise_tok_s, other.median_tok_s)}, 1.4826·MAD over repeats)"
         )
