@@ -341,6 +341,33 @@ def select_study(store: Store, model: str, workload: str, study: str | None = No
 
 
 @dataclass(frozen=True)
+class LowConfidence:
+    """A level whose answer the measurements cannot back (``Choice.low_confidence``)."""
+
+    concurrency: int
+    reason: str
+    """Every reason, joined with "; "."""
+
+    def line(self) -> str:
+        """The stderr note (after ``note: ``) of `recommend` and `check`."""
+        return f"low confidence at concurrency {self.concurrency}: {self.reason}"
+
+    def as_json(self) -> dict[str, Any]:
+        return {"concurrency": self.concurrency, "reason": self.reason}
+
+
+def low_confidence(choices: Sequence[Any], max_spread_pct: float) -> tuple[LowConfidence, ...]:
+    """The low-confidence levels among per-level ``choices`` (``autotune.recommend.choose``),
+    judged against the study's ``measurement.max_spread_pct``."""
+    out = []
+    for c in choices:
+        reasons = c.low_confidence(max_spread_pct)
+        if reasons:
+            out.append(LowConfidence(c.concurrency, "; ".join(reasons)))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
 class Recommendation:
     """What `autotune recommend` answers, with everything `--explain` shows."""
 
@@ -361,11 +388,28 @@ class Recommendation:
     """Every engine arg the recommended config's trial ran with (false and zero included)."""
     tensor_parallel_size: int = 1
     source: str = "measured"
+    low_confidence_levels: tuple[LowConfidence, ...] = ()
+    """Every level of ``per_level`` whose winner's margin is inside the noise or whose winner or
+    baseline spread over the study's ``measurement.max_spread_pct`` (``Choice.low_confidence``)."""
 
     @property
     def speculative_config(self) -> dict[str, Any] | None:
         config: dict[str, Any] | None = self.choice.best.speculative_config
         return config
+
+    @property
+    def low_confidence(self) -> tuple[LowConfidence, ...]:
+        """The low-confidence levels of the answer: ``concurrency``'s, else every level's (what
+        `recommend` and `check` note on stderr and `--json` carries)."""
+        return tuple(
+            lc
+            for lc in self.low_confidence_levels
+            if self.concurrency is None or lc.concurrency == self.concurrency
+        )
+
+    def is_low_confidence(self, concurrency: int) -> bool:
+        """Whether the level ``concurrency`` of ``per_level`` is low-confidence."""
+        return any(lc.concurrency == concurrency for lc in self.low_confidence_levels)
 
 
 def recommend(
@@ -381,7 +425,8 @@ def recommend(
     Answers from the study ``select_study`` picks: finished studies first. Under a latency SLO
     (``slo``, an :class:`autotune.spec.slo.SLO`; else the study's own ``slo:`` block) only the
     configs whose p99 latencies meet it are chosen; none meeting it raises
-    :class:`autotune.recommend.slo.NoConfigMeetsSLO` naming the closest.
+    :class:`autotune.recommend.slo.NoConfigMeetsSLO` naming the closest. Each level is judged
+    against the study's ``measurement.max_spread_pct`` (``low_confidence_levels``).
     """
     from autotune.recommend.choose import choose, choose_overall
     from autotune.recommend.slo import NoConfigMeetsSLO, choose_overall_slo, choose_slo, study_slo
@@ -435,6 +480,7 @@ def recommend(
         coverage=sel.coverage,
         engine_args=dict(trial.engine_args if trial else resolved.engine_args),
         tensor_parallel_size=trial.tensor_parallel_size if trial else resolved.tensor_parallel_size,
+        low_confidence_levels=low_confidence(per_level, resolved.spec.measurement.max_spread_pct),
     )
 
 

@@ -62,6 +62,9 @@ def check(
     over repeats) is within --tolerance of the recommended config's. Exit 1, with a one-line
     reason, when it is not, when the deployed config was never measured, or when the study was
     measured on another vLLM version than the one installed (replayed studies excepted).
+    A level whose recommendation is low-confidence (the winner's margin inside the measured
+    noise, or a noisy winner or baseline) gets a "note: low confidence at concurrency C" line on
+    stderr; the exit code does not change.
 
     \b
     Example:
@@ -77,7 +80,8 @@ def check(
     deployed = parse_config_text(*read_config_arg(config_arg))
 
     rec = api.recommend(ctx.store(), model, workload, concurrency, study=study_name)
-    for note in rec.notes:  # a partial study, or one whose space was not exhausted (#11.2)
+    # a partial study, or one whose space was not exhausted (#11.2); low-confidence levels (#11.8)
+    for note in (*rec.notes, *(lc.line() for lc in rec.low_confidence)):
         click.echo(f"note: {note}", err=True)
     result = gate.check(
         rec.choice,

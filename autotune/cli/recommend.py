@@ -45,7 +45,8 @@ FORMATS = ("json", "args", "yaml", "dsd")
 @click.option(
     "--explain",
     is_flag=True,
-    help="Also print throughput, speedup, acceptance, runner-up and provenance.",
+    help="Also print throughput, speedup, acceptance, runner-up, confidence and provenance "
+    "(on stderr).",
 )
 @click.option(
     "--source",
@@ -81,8 +82,8 @@ FORMATS = ("json", "args", "yaml", "dsd")
     "--json",
     "as_json",
     is_flag=True,
-    help="Print one JSON object: the config, its source and, for a published starting point, "
-    "the citation, hardware and mismatch labels.",
+    help="Print one JSON object: the config, its source, the low-confidence levels and, for a "
+    "published starting point, the citation, hardware and mismatch labels.",
 )
 @pass_ctx
 def recommend(
@@ -116,6 +117,12 @@ def recommend(
     is a published starting point, cites it and says how to measure; exit 0. With nothing
     published either (e.g. the tiny test models) it exits 1.
 
+    A level's answer is low-confidence when the winner's margin over the runner-up (or, for a
+    drafter, over the baseline) is inside their measured noise (median ± 1.4826·MAD over
+    repeats overlap), or when the winner's or the baseline's repeats spread more than the
+    study's measurement.max_spread_pct: one "note: low confidence at concurrency C: ..." line
+    per such level on stderr, "low_confidence" in --json; the exit code does not change.
+
     Under a latency SLO (the --slo-* options, else the study's slo: block) only configs whose
     measured p99 latencies (median over repeats) meet every limit are chosen; when none does it
     exits 1 naming the closest. Published starting points carry no latency, so an SLO never
@@ -138,7 +145,7 @@ def recommend(
         _print_prior(answer, fmt, explain, as_json)
         return
     rec = answer
-    for note in rec.notes:
+    for note in (*rec.notes, *(lc.line() for lc in rec.low_confidence)):
         click.echo(f"note: {note}", err=True)
     config = rec.speculative_config
     shown = render.dsd_config(rec.per_level) if fmt == "dsd" else config
@@ -180,6 +187,7 @@ def _measured_json(rec: Any, shown: Any) -> dict[str, Any]:
         "configs_planned": cov.planned if cov else None,
         "speedup": rec.choice.speedup,
         "notes": list(rec.notes),
+        "low_confidence": [lc.as_json() for lc in rec.low_confidence],
     }
 
 
@@ -255,6 +263,7 @@ def _explain(rec: Any) -> None:
             Column("spread %", "number"),
             Column("runner-up", "id"),
             Column("margin %", "number"),
+            Column("confidence", "id"),
         ]
     )
     for lv in rec.per_level:
@@ -269,6 +278,7 @@ def _explain(rec: Any) -> None:
             f"{b.spread_pct:.1f}",
             lv.runner_up.label() if lv.runner_up else "-",
             f"{lv.margin_pct:.1f}" if lv.margin_pct is not None else "-",
+            "low" if rec.is_low_confidence(lv.concurrency) else "ok",
         )
     emit_table(table, stderr=True)
     if best.acceptance_per_pos:

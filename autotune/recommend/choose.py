@@ -5,6 +5,17 @@ run never wins — and treat configs within ``tie_pct`` of the best as tied, pre
 N, then no draft model over one. A config measured once where others were repeated (a screening
 run) is not ranked. The baseline (N = 0) competes too: when nothing beats it by more than the tie
 margin, the answer is "off".
+
+A choice is *low-confidence* (``Choice.low_confidence``) when its measurements cannot back it:
+
+- the winner's repeats, or the baseline's, spread more than the study's
+  ``measurement.max_spread_pct`` (``ConfigScore.noisy``, the same rule the report's "noisy" flag
+  uses); a noisy baseline makes every speedup of the level unreliable;
+- the winner's margin over the runner-up, or over the baseline when the winner is a drafter, is
+  inside their noise: each config's noise interval is median ± 1.4826·MAD over its repeats (the
+  MAD term of the ranking score, so the winner's interval starts at its score), and the two
+  intervals overlap. Configs with no measured noise (MAD 0 on both sides, e.g. one repeat each)
+  are never "inside the noise": nothing says they are.
 """
 
 from __future__ import annotations
@@ -57,6 +68,25 @@ class ConfigScore:
             return "off (no speculation)"
         return f"{self.method} N={self.num_speculative_tokens}"
 
+    def noisy(self, max_spread_pct: float) -> bool:
+        """Whether the repeats spread more than ``max_spread_pct`` (the study's
+        ``measurement.max_spread_pct``): the report's "noisy" flag and a low-confidence reason."""
+        return self.spread_pct > max_spread_pct
+
+    @property
+    def noise_tok_s(self) -> float:
+        """Half-width of the noise interval, 1.4826·MAD (a sigma under normal noise)."""
+        return MAD_SCALE * self.mad_tok_s
+
+    def within_noise(self, other: ConfigScore) -> bool:
+        """Whether the noise intervals (median ± 1.4826·MAD) of ``self`` and ``other`` overlap,
+        so their order is not established by the repeats; False when neither has measured
+        noise."""
+        if self.noise_tok_s <= 0 and other.noise_tok_s <= 0:
+            return False
+        lo, hi = (self, other) if self.median_tok_s <= other.median_tok_s else (other, self)
+        return lo.median_tok_s + lo.noise_tok_s >= hi.median_tok_s - hi.noise_tok_s
+
 
 @dataclass(frozen=True)
 class Choice:
@@ -85,6 +115,54 @@ class Choice:
         if self.runner_up is None or self.runner_up.score_tok_s <= 0:
             return None
         return 100.0 * (self.best.score_tok_s / self.runner_up.score_tok_s - 1.0)
+
+    def low_confidence(self, max_spread_pct: float) -> tuple[str, ...]:
+        """Why the measurements cannot back this choice (empty: they can), one reason per
+        problem; see the module docstring for the rule. ``max_spread_pct`` is the study's
+        ``measurement.max_spread_pct``.
+
+        Meant for one level's choice (``choose``); an all-levels choice (``choose_overall``)
+        carries no per-level noise, so judge its levels one by one.
+        """
+        best, base = self.best, self.baseline
+        reasons = []
+        if best.noisy(max_spread_pct):
+            reasons.append(
+                f"the repeats of {best.label()} spread {best.spread_pct:.1f}% "
+                f"(over the study's limit of {max_spread_pct:g}%)"
+            )
+        if base is not None and not best.is_baseline and base.noisy(max_spread_pct):
+            speedup = f"the {self.speedup:.2f}x speedup" if self.speedup else "the speedup"
+            reasons.append(
+                f"the baseline's repeats spread {base.spread_pct:.1f}% (over the study's limit "
+                f"of {max_spread_pct:g}%), so {speedup} rests on a noisy baseline"
+            )
+        others = [self.runner_up]
+        if not best.is_baseline and not (self.runner_up and self.runner_up.is_baseline):
+            others.append(base)
+        for other in others:
+            if other is not None and best.within_noise(other):
+                reasons.append(self._inside_noise(other))
+        return tuple(reasons)
+
+    def _inside_noise(self, other: ConfigScore) -> str:
+        best = self.best
+        role = "the baseline" if other.is_baseline else f"the runner-up {other.label()}"
+        diff = (
+            f"{100.0 * (best.median_tok_s / other.median_tok_s - 1.0):+.1f}%"
+            if other.median_tok_s > 0
+            else "-"
+        )
+        return (
+            f"{best.label()} vs {role}: median {best.median_tok_s:,.1f} vs "
+            f"{other.median_tok_s:,.1f} tok/s ({diff}), inside their noise "
+            f"(± {_pct(best.noise_tok_s, best.median_tok_s)} and "
+            f"± {_pct(other.noise_tok_s, other.median_tok_s)}, 1.4826·MAD over repeats)"
+        )
+
+
+def _pct(part: float, whole: float) -> str:
+    return f"{100.0 * part / whole:.1f}%" if whole > 0 else "-"
 
 
 def score(rows: Sequence[MeasuredRow]) -> ConfigScore:

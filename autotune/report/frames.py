@@ -258,7 +258,7 @@ def summary_frame(
                 "min_tok_s": min(s.throughputs),
                 "max_tok_s": max(s.throughputs),
                 "spread_pct": s.spread_pct,
-                "noisy": s.spread_pct > max_spread_pct,
+                "noisy": s.noisy(max_spread_pct),
                 "speedup": (
                     s.median_tok_s / base.median_tok_s
                     if base is not None and base.median_tok_s > 0
