@@ -84,6 +84,8 @@ def noisy_cell(study: ResolvedStudy, measured: Sequence[Measurement]) -> Cell | 
     ``measurement.max_spread_pct`` (the report's "noisy" flag: (max - min) / median), up to
     twice the study's repeats: a cell hit by interference is measured again while its engine
     is warm instead of being flagged and kept."""
+    if not study.spec.measurement.remeasure_noisy:
+        return None
     full = study.spec.repeats
     limit = study.spec.measurement.max_spread_pct / 100.0
     levels: dict[tuple[str, int], list[float]] = defaultdict(list)

@@ -155,7 +155,14 @@ class MeasurementSpec(StrictModel):
         gt=0,
         le=1000,
         description="Repeats whose throughput spread (max-min over median) exceeds this are "
-        "flagged noisy in reports instead of silently averaged.",
+        "measured again while the engine is warm (see remeasure_noisy) and, if still too wide, "
+        "flagged noisy in reports and low-confidence in recommendations.",
+    )
+    remeasure_noisy: Bool = Field(
+        True,
+        description="Measure a level again, up to twice `repeats`, while its repeats on a warm "
+        "engine spread wider than max_spread_pct (one more engine-free measurement each time); "
+        "false keeps exactly `repeats` per level.",
     )
 
 

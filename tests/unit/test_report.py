@@ -94,7 +94,8 @@ def filled(tmp_path_factory: pytest.TempPathFactory) -> tuple[Store, Path]:
         "repeats": 3,
         "sampler": "grid",  # every config measured: the report shows the whole sweep
         "engine": {"kind": "replay", "landscape": str(land)},
-        "measurement": {"max_spread_pct": 4.0},
+        # Exactly 3 repeats per cell: the noisy flags below are the report's to show.
+        "measurement": {"max_spread_pct": 4.0, "remeasure_noisy": False},
     }
     api.create_study(store, data=data, source=str(land))
     api.run_study(store, STUDY)

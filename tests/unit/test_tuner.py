@@ -261,3 +261,9 @@ def test_a_noisy_cell_is_measured_again_while_the_engine_is_warm(tmp_path: Path,
     # Still noisy after the extra repeat: one more, then the bound (2 x repeats) holds.
     assert noisy_cell(study, [*noisy, m(1, 2, 120)]).repeat == 3
     assert noisy_cell(study, [*noisy, m(1, 2, 120), m(1, 3, 150)]) is None
+    # A study may keep exactly `repeats` per level.
+    data = study_data(land, name="exact", measurement={"remeasure_noisy": False})
+    exact = ResolvedStudy.from_json(
+        api.create_study(store, data=data, source=str(land)).study.resolved_json
+    )
+    assert noisy_cell(exact, noisy) is None
