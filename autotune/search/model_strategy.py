@@ -83,7 +83,7 @@ class ModelStrategy:
     times the study's noise a config measured once at a level may still gain on its repeats
     before its further repeats there are skipped (:meth:`next_cell`). ``close_call_cells``: how
     many extra repeats a run may spend on levels whose top two configs lie within twice the
-    study's noise of each other (None: as many as the study has levels times repeats).
+    study's noise of each other (None: as many as the study has levels).
 
     Order: the baseline, then each method at its largest allowed N (the largest that did not
     fail), then the candidates of :meth:`candidates`, highest predicted gain first. Stops
@@ -108,7 +108,7 @@ class ModelStrategy:
         self.reason = ""
         self.screen_sigmas = screen_sigmas
         self.close_call_cells = close_call_cells
-        """Extra repeats for close calls per run (None: one per level and repeat)."""
+        """Extra repeats for close calls per run (None: one per level)."""
         self._close_calls = 0
         self._levels: dict[str, frozenset[Level]] = {}
         """Config key -> the levels its engine measures (decided when it is proposed)."""
@@ -249,7 +249,7 @@ class ModelStrategy:
         full = state.study.spec.repeats
         allowance = self.close_call_cells
         if allowance is None:
-            allowance = len(_levels_of(state.study)) * full
+            allowance = len(_levels_of(state.study))
         if self._close_calls >= allowance:
             return None
         cells = _cells(_current_rows(state.rows))
