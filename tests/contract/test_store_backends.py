@@ -222,7 +222,9 @@ DRIVER = """
 import sys
 from autotune import api
 from autotune.store import Store
-api.run_study(Store(sys.argv[1]), sys.argv[2], lease_ttl_s=30)
+# Replay engines sleep 1/20 of the landscape's times (0.05 s a cell, 0.25 s a start), so the
+# test can catch the driver in the middle of a trial even on a loaded machine.
+api.run_study(Store(sys.argv[1]), sys.argv[2], lease_ttl_s=30, replay_time_scale=0.05)
 """
 
 
