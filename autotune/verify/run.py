@@ -269,27 +269,19 @@ def verify(
     )
     levels = sorted(plan.study_numbers)
     with scratch_dir(workdir) as wd:
-        target_cmd, target_runs = serve_and_bench(
-            plan.target,
-            prepared,
-            levels,
-            settings,
-            repeats=repeats,
-            warmups=m.warmup_requests,
-            workdir=wd,
-            name="verified",
-            progress=say,
-        )
-        ref_cmd, ref_runs = serve_and_bench(
-            plan.reference,
-            prepared,
-            levels,
-            settings,
-            repeats=repeats,
-            warmups=m.warmup_requests,
-            workdir=wd,
-            name="reference",
-            progress=say,
+        (target_cmd, target_runs), (ref_cmd, ref_runs) = (
+            serve_and_bench(
+                config,
+                prepared,
+                levels,
+                settings,
+                repeats=repeats,
+                warmups=m.warmup_requests,
+                workdir=wd,
+                name=name,
+                progress=say,
+            )
+            for config, name in ((plan.target, "verified"), (plan.reference, "reference"))
         )
     checks = []
     for c in levels:
