@@ -252,7 +252,9 @@ def test_corrupted_store_says_so(damage: str, tmp_path: Path):
             timeout=120,
         )
 
-    assert cli("study", "create", "--model", "tiny", "--workload", "math").returncode == 0
+    # A replay study: creating it needs no vLLM import (seconds per process).
+    landscape = str(REPO / "bench" / "landscapes" / "cpu-tiny-llama.csv")
+    assert cli("study", "create", "--landscape", landscape, "--name", "s").returncode == 0
     data = db.read_bytes()
     if damage == "garbage":
         db.write_bytes(b"this is not a database" * 100)
