@@ -12,11 +12,11 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
 from autotune import api
 from autotune.store import Store
 from autotune.verify.compare import Verification
+from tests.integration.test_study_e2e import _study  # the same tiny real study
 
 pytestmark = pytest.mark.integration
 
@@ -25,25 +25,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_verify_serves_the_recommendation(tmp_path: Path) -> None:
     db = tmp_path / "verify.db"
-    study = {
-        "name": "verify",
-        "model": {"name": "tiny"},
-        "workloads": ["code"],
-        "concurrency": [1, 2],
-        "methods": [{"method": "ngram", "num_speculative_tokens": {"min": 2, "max": 2}}],
-        "repeats": 1,
-        "sampler": "grid",
-        "measurement": {
-            "max_prompts": 4,
-            "max_tokens": 32,
-            "warmup_requests": 1,
-            "requests_per_concurrency": 2,
-            "timeout_s": 300,
-            "start_timeout_s": 600,
-        },
-    }
-    path = tmp_path / "verify.yaml"
-    path.write_text(yaml.safe_dump(study))
+    ngram = {"method": "ngram", "num_speculative_tokens": {"min": 2, "max": 2}}
+    path = _study(tmp_path, "verify", [ngram])
     store = Store(str(db))
     api.create_study(store, path)
     api.run_study(store, "verify")
