@@ -6,4 +6,8 @@ imported by the subpackage that needs them, when it needs them.
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__"]
+DEFAULT_DB = "sqlite:///studies/autotune.db"
+"""The study store when neither ``--db`` nor ``AUTOTUNE_DB`` names one (here so that the CLI can
+tell a store that does not exist yet without importing SQLAlchemy)."""
+
+__all__ = ["DEFAULT_DB", "__version__"]

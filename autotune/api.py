@@ -10,7 +10,7 @@ import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from autotune.errors import NoResultError, NotFoundError, SpecError, StoreError
 from autotune.spec.loader import (
@@ -20,7 +20,11 @@ from autotune.spec.loader import (
     validate,
 )
 from autotune.spec.study import ReplayEngineSpec, StudySpec
-from autotune.store import LEASE_TTL_S, MeasurementRecord, Store, StudyRecord, TrialRecord
+
+if TYPE_CHECKING:
+    # Imported where used: SQLAlchemy costs a read-only command ~0.2 s, and a published answer
+    # (recommend on a fresh install) never needs it.
+    from autotune.store import MeasurementRecord, Store, StudyRecord, TrialRecord
 
 
 @dataclass(frozen=True)
@@ -132,7 +136,7 @@ def run_study(
     replay_time_scale: float | None = None,
     wait: bool = False,
     on_wait: Callable[[str], None] | None = None,
-    lease_ttl_s: float = LEASE_TTL_S,
+    lease_ttl_s: float | None = None,
 ) -> Any:
     """Run (or resume) a study until its space or budget is exhausted.
 
@@ -145,7 +149,9 @@ def run_study(
     measurements removed, so a live driver's trial is never touched.
     """
     from autotune.search.tuner import Tuner
+    from autotune.store import LEASE_TTL_S
 
+    ttl_s = LEASE_TTL_S if lease_ttl_s is None else lease_ttl_s
     record = store.get_study(name)
     resolved = ResolvedStudy.from_json(record.resolved_json)
     factory = _pool_factory(
@@ -158,7 +164,7 @@ def run_study(
         replay_time_scale=replay_time_scale,
     )
     store.ensure_optuna_schema()  # Optuna's tables, created under the schema lock
-    with store.lease(name, ttl_s=lease_ttl_s, wait=wait, on_wait=on_wait) as lease:
+    with store.lease(name, ttl_s=ttl_s, wait=wait, on_wait=on_wait) as lease:
         record = store.get_study(name)
         store.abandon_running_trials(record)
         _fail_dead_optuna_trials(store, record.optuna_study_name)
@@ -167,7 +173,7 @@ def run_study(
         if store.lease_lost(lease):
             raise StoreError(
                 f"this driver lost the lease on study {name!r} during the run (no heartbeat "
-                f"for {lease_ttl_s:.0f} s) and another driver took it over; its results are "
+                f"for {ttl_s:.0f} s) and another driver took it over; its results are "
                 "in the store, check them with `autotune study show`"
             )
         save_recommendations(store, record)
@@ -563,7 +569,7 @@ SOURCES = ("any", "measured", "published")
 
 
 def answer(
-    store: Store | Callable[[], Store],
+    store: Store | Callable[[], Store] | None,
     model: str,
     workload: str,
     concurrency: int | None = None,
@@ -574,7 +580,8 @@ def answer(
     """What `autotune recommend` prints: the measured recommendation, else (``source`` "any")
     the published starting point; ``source`` "measured"/"published" asks for one of them only.
 
-    ``store`` may be a callable, so a published answer never opens (or creates) a database.
+    ``store`` may be a callable, so a published answer never opens (or creates) a database;
+    None says there is no store yet (nothing measured), so it is not even imported.
     """
     if source not in SOURCES:
         raise SpecError(f"must be one of {', '.join(SOURCES)}", source="--source")
@@ -582,6 +589,12 @@ def answer(
         raise SpecError("--study names a measured study; drop it or use --source measured")
     if source != "published":
         try:
+            if store is None:
+                raise NoResultError(
+                    f"nothing measured for model {model!r} and workload {workload!r} yet (the "
+                    "store does not exist); create and run a study first (autotune study "
+                    "create / autotune study run)"
+                )
             opened = store() if callable(store) else store
             return recommend(opened, model, workload, concurrency, study=study, slo=slo)
         except NoResultError as exc:

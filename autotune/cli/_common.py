@@ -9,6 +9,7 @@ terminal only when every number and id fits whole.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, is_dataclass
@@ -17,6 +18,7 @@ from typing import Any
 
 import click
 
+from autotune import DEFAULT_DB
 from autotune.errors import AutotuneError, NoResultError, NotFoundError, SpecError, StoreError
 from autotune.tables import TextTable, fits, plain, to_rich, tsv
 
@@ -34,6 +36,17 @@ class Context:
         store = Store(self.db)
         _STORE_URL[:] = [store.url]
         return store
+
+    def store_file_missing(self) -> bool:
+        """True when the store is a SQLite file that does not exist yet, decided without
+        importing SQLAlchemy (~0.2 s): such a store holds no measurements, so a published
+        answer need not open it. Anything else (PostgreSQL, odd URLs) is left to the store."""
+        db = self.db or os.environ.get("AUTOTUNE_DB") or DEFAULT_DB
+        url = db if "://" in db else f"sqlite:///{db}"
+        if not url.startswith("sqlite:///"):
+            return False
+        path = url[len("sqlite:///") :].split("?", 1)[0]
+        return bool(path) and path != ":memory:" and not os.path.exists(path)
 
 
 pass_ctx = click.make_pass_decorator(Context)

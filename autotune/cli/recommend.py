@@ -139,7 +139,13 @@ def recommend(
 
     slo = SLO(tpot_p99_ms=slo_tpot_p99, ttft_p99_ms=slo_ttft_p99, itl_p99_ms=slo_itl_p99)
     answer = api.answer(
-        ctx.store, model, workload, concurrency, study=study_name, source=source, slo=slo or None
+        None if ctx.store_file_missing() else ctx.store,
+        model,
+        workload,
+        concurrency,
+        study=study_name,
+        source=source,
+        slo=slo or None,
     )
     if isinstance(answer, api.PriorRecommendation):
         _print_prior(answer, fmt, explain, as_json)

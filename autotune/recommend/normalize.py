@@ -10,7 +10,6 @@ inline JSON (as ``vllm serve --speculative-config`` takes them), a JSON or YAML 
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import json
 from collections.abc import Mapping, Sequence
@@ -79,15 +78,37 @@ def parse_config_text(text: str, source: str) -> dict[str, Any] | None:
 
 @functools.cache
 def _vllm_defaults() -> dict[str, Any]:
-    """Field defaults of vLLM's SpeculativeConfig (empty when vLLM is not installed)."""
+    """Field defaults of vLLM's SpeculativeConfig, read from the installed vLLM's source
+    (``vllm/config/speculative.py``) without importing vLLM: importing it (and torch) would cost
+    a read-only command seconds and print library warnings. Fields whose default is not a literal
+    (``= None``, ``= 5``, ``Field(default=...)``) are left out, so their keys are always kept.
+    Empty when vLLM is not installed or its source cannot be read."""
+    import ast
+    import importlib.util
+
     try:
-        from vllm.config import SpeculativeConfig
-    except ImportError:
+        spec = importlib.util.find_spec("vllm")
+    except (ImportError, ValueError):
+        return {}
+    if spec is None or not spec.submodule_search_locations:
+        return {}
+    source = Path(next(iter(spec.submodule_search_locations)), "config", "speculative.py")
+    try:
+        tree = ast.parse(source.read_text())
+    except (OSError, SyntaxError, ValueError):
         return {}
     out: dict[str, Any] = {}
-    for f in dataclasses.fields(SpeculativeConfig):
-        if f.default is not dataclasses.MISSING:
-            out[f.name] = f.default
+    for node in tree.body:
+        if not (isinstance(node, ast.ClassDef) and node.name == "SpeculativeConfig"):
+            continue
+        for stmt in node.body:
+            if not (isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)):
+                continue
+            value = stmt.value
+            if isinstance(value, ast.Call) and getattr(value.func, "id", None) == "Field":
+                value = next((k.value for k in value.keywords if k.arg == "default"), None)
+            if isinstance(value, ast.Constant):
+                out[stmt.target.id] = value.value
     return out
 
 

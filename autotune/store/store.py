@@ -25,6 +25,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
+from autotune import DEFAULT_DB as DEFAULT_DB
 from autotune.engine._base import EngineConfig, EngineInfo, Measurement
 from autotune.errors import (
     CorruptStoreError,
@@ -51,7 +52,6 @@ from autotune.store.tables import (
     utcnow,
 )
 
-DEFAULT_DB = "sqlite:///studies/autotune.db"
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 
 

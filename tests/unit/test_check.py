@@ -297,3 +297,25 @@ def test_check_on_a_choice(filled):
     assert result.deployed is not None and result.deployed.median_tok_s == 150.0
     ok = gate.check(choice, config_of(store, "ngram", 1), study=STUDY, tolerance_pct=30.0)
     assert ok.ok and ok.exit_code == 0
+
+
+def test_vllm_defaults_read_from_source_match_speculative_config():
+    """check normalizes with SpeculativeConfig's defaults read from vLLM's source, not by
+    importing vLLM; every default it reads is the one vLLM's own class declares."""
+    import dataclasses
+
+    from autotune.recommend.normalize import _vllm_defaults
+
+    pytest.importorskip("vllm")
+    from vllm.config import SpeculativeConfig
+
+    declared = {}
+    for f in dataclasses.fields(SpeculativeConfig):
+        default = f.default
+        default = getattr(default, "default", default)  # pydantic Field(default=...)
+        if default is not dataclasses.MISSING:
+            declared[f.name] = default
+    read = _vllm_defaults()
+    assert read, "no defaults read from vLLM's source"
+    assert {"method", "num_speculative_tokens", "prompt_lookup_min"} <= set(read)
+    assert {k: read[k] for k in read} == {k: declared[k] for k in read}

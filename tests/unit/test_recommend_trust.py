@@ -169,6 +169,19 @@ def test_read_only_commands_import_neither_vllm_nor_torch(tmp_path, db_path):
         ["recommend", "--model", "org/tiny", "--workload", "code"],
         ["recommend", "--model", "kimi", "--workload", "code"],
         ["study", "list"],
+        ["study", "show", "quiet"],
+        ["report", "quiet"],
+        # check normalizes with vLLM's SpeculativeConfig defaults, read from vLLM's source
+        ["check", "--model", "org/tiny", "--workload", "code", "--config", "null"],
+        [
+            "check",
+            "--model",
+            "org/tiny",
+            "--workload",
+            "code",
+            "--config",
+            '{"method": "ngram", "num_speculative_tokens": 2}',
+        ],
     ):
         proc = subprocess.run(
             [sys.executable, "-c", PROBE, "--db", str(db_path), *cmd],
@@ -180,7 +193,8 @@ def test_read_only_commands_import_neither_vllm_nor_torch(tmp_path, db_path):
         )
         lines = proc.stderr.splitlines()
         assert "HEAVY=" in lines, (cmd, proc.stderr)
-        noise = [ln for ln in lines if ln and not ln.startswith(("HEAVY=", "note:"))]
+        # autotune's own notes and verdicts ("autotune: error: the deployed config ...") only
+        noise = [ln for ln in lines if ln and not ln.startswith(("HEAVY=", "note:", "autotune:"))]
         assert noise == [], (cmd, noise)
 
 
@@ -250,3 +264,25 @@ def test_study_create_validates_against_vllm(tmp_path):
     validate_study(resolved, str(path))  # every config of the demo passes
     assert check_speculative_config({"method": "ngram", "num_speculative_tokenz": 3}) != []
     assert check_speculative_config({"method": "ngram", "num_speculative_tokens": "x"}) != []
+
+
+def test_published_answer_on_a_fresh_install_opens_no_store(tmp_path):
+    """No store file yet: the published answer comes without importing SQLAlchemy and without
+    creating the file (the fresh-install `recommend --model kimi --workload code`)."""
+    db = tmp_path / "absent.db"
+    code = (
+        "import sys\n"
+        "from autotune.cli import main\n"
+        f"sys.argv = ['autotune', '--db', {str(db)!r}, 'recommend', '--model', 'kimi',"
+        " '--workload', 'code']\n"
+        "try:\n    main()\nexcept SystemExit as exc:\n    rc = exc.code\n"
+        "print('HEAVY', [m for m in ('sqlalchemy', 'vllm', 'torch') if m in sys.modules],"
+        " rc, file=sys.stderr)\n"
+    )
+    env = {"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert "HEAVY [] 0" in proc.stderr, proc.stderr
+    assert json.loads(proc.stdout)["method"]
+    assert not db.exists()
