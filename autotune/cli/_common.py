@@ -94,20 +94,27 @@ _set_vllm_log: list[bool] = []
 def quiet_vllm_imports() -> None:
     """vLLM's import-time notices (e.g. "Triton is installed, but ...") are not for the reader
     of `check` or `recommend`: log only errors, unless the user chose a level."""
+    import logging
     import os
 
     if _VLLM_LOG_ENV not in os.environ:
         os.environ[_VLLM_LOG_ENV] = "ERROR"
+        # Some notices are logged while vLLM is still importing, before its logging config
+        # (which reads the variable) exists, so they reach Python's last-resort handler; a
+        # level on the "vllm" logger stops those too.
+        logging.getLogger("vllm").setLevel(logging.ERROR)
         _set_vllm_log[:] = [True]
 
 
 def engine_logging_as_user_set() -> None:
     """Before engines start: give them the log level the user had (their failure reasons are
     read from their stderr), not the one :func:`quiet_vllm_imports` chose for this process."""
+    import logging
     import os
 
     if _set_vllm_log:
         os.environ.pop(_VLLM_LOG_ENV, None)
+        logging.getLogger("vllm").setLevel(logging.NOTSET)
         _set_vllm_log.clear()
 
 

@@ -286,3 +286,23 @@ def test_published_answer_on_a_fresh_install_opens_no_store(tmp_path):
     assert "HEAVY [] 0" in proc.stderr, proc.stderr
     assert json.loads(proc.stdout)["method"]
     assert not db.exists()
+
+
+def test_study_create_prints_no_library_notices(tmp_path):
+    """`study create` imports vLLM to validate the configs; vLLM's import-time notices ("Triton
+    is installed, but doesn't include CPU backend") are not the user's business."""
+    pytest.importorskip("vllm")
+    env = {"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    proc = subprocess.run(
+        [
+            *(sys.executable, "-m", "autotune.cli", "--db", str(tmp_path / "s.db")),
+            *("study", "create", str(REPO / "studies" / "tiny-cpu.yaml")),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "created study 'tiny-cpu'" in proc.stdout
+    assert proc.stderr.strip() == ""
