@@ -19,7 +19,7 @@ from autotune.spec.loader import (
     resolve_study,
     validate,
 )
-from autotune.spec.study import ReplayEngineSpec, StudySpec
+from autotune.spec.study import ReplayEngineSpec, StudySpec, VLLMEngineSpec
 
 if TYPE_CHECKING:
     # Imported where used: SQLAlchemy costs a read-only command ~0.2 s, and a published answer
@@ -198,8 +198,10 @@ def _pool_factory(
     scale-out path is tested without vLLM.
     """
     engine = resolved.spec.engine
-    kind = engine.kind
+    kind: str = engine.kind
     options: dict[str, Any] = {}
+    if isinstance(engine, VLLMEngineSpec) and engine.client == "server":
+        kind = "vllm-serve"  # autotune.engine.serve: vllm serve + vllm bench serve
     if isinstance(engine, ReplayEngineSpec):
         landscape = Path(resolved.landscape or engine.landscape)
         options = {"landscape": str(landscape), "seed": resolved.spec.seed}

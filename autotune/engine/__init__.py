@@ -33,11 +33,15 @@ __all__ = [
 
 
 def create_engine(kind: str, **options: object) -> Engine:
-    """Instantiate the backend ``kind`` ("vllm" or "replay") with its options."""
+    """Instantiate the backend ``kind`` ("vllm", "vllm-serve" or "replay") with its options."""
     if kind == "vllm":
         from autotune.engine.vllm import VLLMEngine
 
         return VLLMEngine(**options)  # type: ignore[arg-type]
+    if kind == "vllm-serve":
+        from autotune.engine.serve import VLLMServeEngine
+
+        return VLLMServeEngine(**options)  # type: ignore[arg-type]
     if kind == "replay":
         from autotune.engine.replay import ReplayEngine
 

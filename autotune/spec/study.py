@@ -96,6 +96,14 @@ class VLLMEngineSpec(StrictModel):
     """Measure on real vLLM engines, one per Ray actor."""
 
     kind: Literal["vllm"] = "vllm"
+    client: Literal["harness", "server"] = Field(
+        "harness",
+        description="How each cell is measured. 'harness': closed-loop streamed requests on an "
+        "in-process AsyncLLM (no HTTP; lowest overhead). 'server': `vllm serve` on loopback "
+        "driven by `vllm bench serve` with the same prompts, lengths and concurrency, so the "
+        "numbers are exactly the ones vLLM's own benchmark prints (the HTTP path costs "
+        "throughput where the CPU is scarce).",
+    )
 
 
 class ReplayEngineSpec(StrictModel):

@@ -67,3 +67,32 @@ def test_verify_serves_the_recommendation(tmp_path: Path) -> None:
     ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
     assert f"--port {port}" not in ps
     assert json.loads(json.dumps(v.to_json()))["passed"] == v.passed
+
+
+def test_study_measured_through_vllm_serve(tmp_path: Path) -> None:
+    """`engine: {kind: vllm, client: server}`: every cell is `vllm bench serve` against `vllm
+    serve`, so the study's numbers are the ones vLLM's benchmark prints; acceptance comes from
+    the server's /metrics and matches the counters' arithmetic."""
+    import yaml
+
+    ngram = {"method": "ngram", "num_speculative_tokens": {"min": 2, "max": 2}}
+    path = _study(tmp_path, "served", [ngram], concurrency=(2,))
+    data = yaml.safe_load(path.read_text())
+    data["engine"] = {"kind": "vllm", "client": "server"}
+    path.write_text(yaml.safe_dump(data))
+    store = Store(str(tmp_path / "served.db"))
+    api.create_study(store, path)
+    summary = api.run_study(store, "served")
+    assert summary.trials_failed == 0, summary.failures
+    rows = store.measurements(study="served")
+    assert len(rows) == 2  # baseline and ngram N=2, concurrency 2, one repeat
+    for row in rows:
+        assert row.output_throughput_tok_s > 0 and row.num_requests == 4
+        assert row.num_output_tokens == 4 * 32  # --ignore-eos, the study's output length
+        assert row.ttft_ms_p99 and row.tpot_ms_p50 and row.itl_ms_p99
+    drafted = next(r for r in rows if r.speculative_config)
+    assert drafted.num_drafts > 0 and 0 < drafted.num_accepted_tokens <= drafted.num_draft_tokens
+    assert len(drafted.accepted_per_pos) == 2
+    assert sum(drafted.accepted_per_pos) == drafted.num_accepted_tokens
+    baseline = next(r for r in rows if not r.speculative_config)
+    assert baseline.num_drafts == 0
