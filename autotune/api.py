@@ -616,6 +616,7 @@ def answer(
 def export_landscape(store: Store, study: str, path: Path) -> int:
     """Write a study's measurements as a landscape CSV, so a real sweep can be replayed."""
     from autotune.engine.landscape import LandscapePoint, write_landscape
+    from autotune.spec.knobs import knob_params
 
     record = store.get_study(study)
     rows = store.measurements(study=study)
@@ -638,6 +639,7 @@ def export_landscape(store: Store, study: str, path: Path) -> int:
             else (),
             engine_start_s=r.engine_start_s or 0.0,
             measure_s=r.measure_s,
+            params=tuple(knob_params(r.speculative_config).items()),
         )
         for r in rows
     ]

@@ -25,7 +25,8 @@ class EngineConfig:
     method: str = BASELINE
     num_speculative_tokens: int = 0
     draft: str | None = None
-    method_params: Mapping[str, int] = field(default_factory=dict)
+    method_params: Mapping[str, Any] = field(default_factory=dict)
+    """Knobs besides N (autotune.spec.knobs), passed in ``--speculative-config``."""
     tensor_parallel_size: int = 1
     engine_args: Mapping[str, Any] = field(default_factory=dict)
     env: Mapping[str, str] = field(default_factory=dict)

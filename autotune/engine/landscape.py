@@ -4,19 +4,24 @@
 output_throughput_tok_s,mean_acceptance_length,acceptance_per_pos,engine_start_s,measure_s``
 
 ``method = none`` with ``num_speculative_tokens = 0`` is the baseline; ``acceptance_per_pos`` is
-a ``;``-separated list of a_i (empty for the baseline).
+a ``;``-separated list of a_i (empty for the baseline). An optional last column, ``params``, holds
+the config's knobs besides N (autotune.spec.knobs) as a JSON object; empty means none, and a file
+without the column names every config by (method, draft, N) alone.
 """
 
 from __future__ import annotations
 
 import csv
 import hashlib
+import json
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from autotune.errors import SpecError
+from autotune.spec.knobs import check_value, params_key
 
 COLUMNS = (
     "model",
@@ -32,6 +37,13 @@ COLUMNS = (
     "engine_start_s",
     "measure_s",
 )
+"""The columns every landscape has, in the order the writer writes them."""
+
+PARAMS = "params"
+"""The optional column of knobs (a JSON object); the writer adds it when a config has knobs."""
+
+Config = tuple[str, str | None, int, str]
+"""(method, draft, num_speculative_tokens, knobs as canonical JSON or ""): one engine config."""
 
 
 @dataclass(frozen=True)
@@ -48,10 +60,12 @@ class LandscapePoint:
     acceptance_per_pos: tuple[float, ...]
     engine_start_s: float
     measure_s: float
+    params: tuple[tuple[str, Any], ...] = ()
+    """The config's knobs besides N, sorted by name (empty: none)."""
 
     @property
-    def config(self) -> tuple[str, str | None, int]:
-        return (self.method, self.draft, self.num_speculative_tokens)
+    def config(self) -> Config:
+        return (self.method, self.draft, self.num_speculative_tokens, params_key(dict(self.params)))
 
 
 MAX_LANDSCAPE_BYTES = 64 * 1024 * 1024
@@ -119,6 +133,7 @@ def _parse(row: dict[str, str]) -> LandscapePoint:
     per_pos = tuple(float(x) for x in row["acceptance_per_pos"].split(";") if x.strip())
     if any(not 0.0 <= a <= 1.0 for a in per_pos):
         raise ValueError("acceptance_per_pos values must lie in [0, 1]")
+    params = _params(row.get(PARAMS) or "", method)
     tput = _finite(row, "output_throughput_tok_s", positive=True)
     al = row["mean_acceptance_length"].strip()
     mean_al = float(al) if al else None
@@ -137,16 +152,40 @@ def _parse(row: dict[str, str]) -> LandscapePoint:
         acceptance_per_pos=per_pos,
         engine_start_s=_finite(row, "engine_start_s"),
         measure_s=_finite(row, "measure_s", positive=True),
+        params=params,
     )
 
 
+def _params(text: str, method: str) -> tuple[tuple[str, Any], ...]:
+    """The ``params`` cell: empty, or a JSON object of knobs valid for the method."""
+    if not text.strip():
+        return ()
+    try:
+        value = json.loads(text)
+    except ValueError:
+        raise ValueError("params must be a JSON object (or empty)") from None
+    if not isinstance(value, dict):
+        raise ValueError("params must be a JSON object (or empty)")
+    if method == "none" and value:
+        raise ValueError("the baseline has no params")
+    for name, v in value.items():
+        why = check_value(name, v, method)
+        if why:
+            raise ValueError(f"params: {why}")
+    return tuple(sorted(value.items()))
+
+
 def write_landscape(path: Path, points: Iterable[LandscapePoint]) -> int:
-    """Write points as a landscape CSV; returns the number of rows."""
+    """Write points as a landscape CSV; returns the number of rows. The ``params`` column is
+    written only when some config has knobs, so files without any stay as they were."""
+    points = list(points)
+    with_params = any(p.params for p in points)
     n = 0
     with path.open("w", newline="") as handle:
         writer = csv.writer(handle)
-        writer.writerow(COLUMNS)
+        writer.writerow(COLUMNS + ((PARAMS,) if with_params else ()))
         for p in points:
+            extra = [params_key(dict(p.params))] if with_params else []
             writer.writerow(
                 [
                     p.model,
@@ -161,6 +200,7 @@ def write_landscape(path: Path, points: Iterable[LandscapePoint]) -> int:
                     ";".join(f"{a:.4f}" for a in p.acceptance_per_pos),
                     f"{p.engine_start_s:.2f}",
                     f"{p.measure_s:.3f}",
+                    *extra,
                 ]
             )
             n += 1
@@ -171,6 +211,15 @@ def digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
 
 
-def configs(points: Sequence[LandscapePoint]) -> list[tuple[str, str | None, int]]:
+def configs(points: Sequence[LandscapePoint]) -> list[Config]:
     """The distinct engine configs of a landscape, baseline first."""
-    return sorted({p.config for p in points}, key=lambda c: (c[0] != "none", c[0], c[2]))
+    return sorted({p.config for p in points}, key=lambda c: (c[0] != "none", c[0], c[3], c[2]))
+
+
+def has_params(path: Path) -> bool:
+    """Whether a landscape file has the ``params`` column (read from its header line)."""
+    with path.open(encoding="utf-8") as handle:
+        for line in handle:
+            if not line.startswith("#"):
+                return PARAMS in next(csv.reader([line]), [])
+    return False

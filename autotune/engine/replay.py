@@ -7,6 +7,10 @@ passes: the costs are reported, and the tuner's engine-second accounting adds th
 several replay engines in a Ray pool overlap in wall time the way real engines would: the scale
 tests and ``make bench-scale`` run on it. Nothing is invented: a config or cell the landscape did
 not record fails like an engine would.
+
+A config is (method, draft, N, knobs). A landscape without the ``params`` column recorded no
+knobs, so there a config is matched by (method, draft, N) alone: the knobs it was recorded with
+are the study's, which the file did not keep.
 """
 
 from __future__ import annotations
@@ -25,8 +29,9 @@ from autotune.engine._base import (
     MeasureSettings,
     PreparedWorkload,
 )
-from autotune.engine.landscape import LandscapePoint, digest, read_landscape
+from autotune.engine.landscape import Config, LandscapePoint, digest, has_params, read_landscape
 from autotune.errors import EngineError
+from autotune.spec.knobs import params_key
 
 REPLAY_DRAFTS = 1_000_000
 """A landscape records acceptance rates, not counts: replayed counters are the rates scaled to
@@ -45,21 +50,25 @@ class ReplayEngine(Engine):
         self.digest = digest(self.path)
         self.model = self.points[0].model
         self.seed = seed
-        self._by_config: dict[tuple[str, str | None, int], list[LandscapePoint]] = defaultdict(list)
+        self._with_params = has_params(self.path)
+        self._by_config: dict[Config, list[LandscapePoint]] = defaultdict(list)
         for p in self.points:
             self._by_config[p.config].append(p)
-        self._current: tuple[str, str | None, int] | None = None
+        self._current: Config | None = None
         self._rng = random.Random(seed)
 
     def workload_digest(self, workload: str) -> str:
         return f"landscape:{self.digest}:{workload}"
 
     def start(self, config: EngineConfig) -> EngineInfo:
-        key = (config.method, config.draft, config.num_speculative_tokens)
+        knobs = params_key(config.method_params) if self._with_params else ""
+        key = (config.method, config.draft, config.num_speculative_tokens, knobs)
         rows = self._by_config.get(key)
         if not rows:
+            with_knobs = f", knobs {knobs}" if knobs else ""
             raise EngineError(
-                f"the landscape {self.path.name} has no {config.label()} (draft {config.draft})"
+                f"the landscape {self.path.name} has no {config.label()} "
+                f"(draft {config.draft}{with_knobs})"
             )
         self._current = key
         # Each config draws its own repeats: one shared stream would give every config the same

@@ -18,9 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from autotune.engine.landscape import Config as LandscapeConfig
 from autotune.engine.landscape import LandscapePoint, read_landscape
 from autotune.errors import SpecError
 from autotune.search.samplers import SAMPLERS
+from autotune.spec.knobs import knob_params, params_key
 
 RESULT_KEYS = (
     "strategy",
@@ -35,8 +37,8 @@ RESULT_KEYS = (
 
 DEFAULT_TOLERANCE_PCT = 1.0
 
-Config = tuple[str, str | None, int]
-"""(method, draft, num_speculative_tokens), as a landscape names an engine config."""
+Config = LandscapeConfig
+"""(method, draft, num_speculative_tokens, knobs JSON), as a landscape names an engine config."""
 Level = tuple[str, int]
 """(workload, concurrency)."""
 
@@ -50,6 +52,8 @@ class Truth:
     """Mean over recorded repeats, per level and config."""
     config_seconds: dict[Config, float]
     """What measuring one config costs: its engine start and every cell's repeats."""
+    knobs: bool = False
+    """Whether the landscape names configs by their knobs too (it has the ``params`` column)."""
 
     @property
     def grid_engine_seconds(self) -> float:
@@ -59,10 +63,10 @@ class Truth:
     def oracle_engine_seconds(self) -> float:
         """The cost of a search that knew the answer: the baseline, each method at its largest N
         (what the model-guided search starts from) and every level's true best config."""
-        largest: dict[tuple[str, str | None], int] = {}
-        for method, draft, n in self.config_seconds:
-            largest[(method, draft)] = max(n, largest.get((method, draft), 0))
-        picked = {(m, d, n) for (m, d), n in largest.items()}
+        largest: dict[tuple[str, str | None, str], int] = {}
+        for method, draft, n, knobs in self.config_seconds:
+            largest[(method, draft, knobs)] = max(n, largest.get((method, draft, knobs), 0))
+        picked = {(m, d, n, k) for (m, d, k), n in largest.items()}
         picked |= {max(per, key=per.__getitem__) for per in self.throughput.values()}
         return sum(self.config_seconds[c] for c in picked)
 
@@ -96,7 +100,8 @@ def landscape_truth(points: Sequence[LandscapePoint], repeats: int) -> Truth:
     for p in points:
         starts[p.config].append(p.engine_start_s)
     seconds = {c: statistics.median(s) + measure[c] for c, s in starts.items()}
-    return Truth(tuple(sorted(throughput)), dict(throughput), seconds)
+    knobs = any(p.params for p in points)
+    return Truth(tuple(sorted(throughput)), dict(throughput), seconds, knobs)
 
 
 def study_from_landscape(
@@ -120,18 +125,23 @@ def study_from_landscape(
     workloads = list(dict.fromkeys(p.workload for p in points))
     concurrency = sorted({p.concurrency for p in points})
     ns: dict[tuple[str, str | None], set[int]] = defaultdict(set)
+    knobs: dict[tuple[str, str | None], set[tuple[tuple[str, Any], ...]]] = defaultdict(set)
     for p in points:
         if p.method != "none":
             ns[(p.method, p.draft)].add(p.num_speculative_tokens)
+            knobs[(p.method, p.draft)].add(p.params)
     methods = []
     for (method, draft), values in sorted(ns.items(), key=lambda kv: (kv[0][0], kv[0][1] or "")):
-        entry: dict[str, Any] = {
-            "method": method,
-            "num_speculative_tokens": {"min": min(values), "max": max(values)},
-        }
-        if draft is not None:
-            entry["draft"] = draft
-        methods.append(entry)
+        for params in _knob_settings(knobs[(method, draft)]):
+            entry: dict[str, Any] = {
+                "method": method,
+                "num_speculative_tokens": {"min": min(values), "max": max(values)},
+            }
+            if draft is not None:
+                entry["draft"] = draft
+            if params:
+                entry["params"] = params
+            methods.append(entry)
     recorded = len({p.repeat for p in points})
     return {
         "name": name,
@@ -146,6 +156,31 @@ def study_from_landscape(
         "seed": seed,
         "engine": {"kind": "replay", "landscape": str(path)},
     }
+
+
+def _knob_settings(recorded: set[tuple[tuple[str, Any], ...]]) -> list[dict[str, Any]]:
+    """The ``params`` of the method entries that cover a method's recorded knob combinations:
+    one entry listing each knob's values when the combinations are a full grid (its variants),
+    else one entry per combination."""
+    combos = sorted(recorded, key=params_key_of)
+    names = sorted({k for c in combos for k, _ in c})
+    if len(combos) > 1 and all(len(c) == len(names) for c in combos):
+        values = {n: sorted({dict(c)[n] for c in combos}, key=_order) for n in names}
+        size = 1
+        for v in values.values():
+            size *= len(v)
+        if size == len(combos):
+            return [{n: v if len(v) > 1 else v[0] for n, v in values.items()}]
+    return [dict(c) for c in combos]
+
+
+def params_key_of(combo: tuple[tuple[str, Any], ...]) -> str:
+    return params_key(dict(combo))
+
+
+def _order(value: Any) -> tuple[str, Any]:
+    # One knob's values share a type; numbers sort as numbers.
+    return (type(value).__name__, value)
 
 
 def _model_name(model: str) -> str:
@@ -255,7 +290,12 @@ def _worst_regret(truth: Truth, rows: Sequence[Any], choose: Any) -> float:
         config = None
         if choice is not None:
             best = choice.best
-            config = (best.method, best.draft, best.num_speculative_tokens)
+            config = (
+                best.method,
+                best.draft,
+                best.num_speculative_tokens,
+                params_key(knob_params(best.speculative_config)) if truth.knobs else "",
+            )
         worst = max(worst, truth.regret_pct(level, config))
     return worst
 

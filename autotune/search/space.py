@@ -1,8 +1,10 @@
-"""The search space of a study: method (categorical) × N (integer, per-method bounds).
+"""The search space of a study: option (categorical) × N (integer, per-option bounds).
 
-Each point is one engine config. Optuna sees the space define-by-run: ``option`` picks a
-method (and draft, when a method is listed with several drafts), then
-``<option>.num_speculative_tokens`` picks N within that method's range.
+Each point is one engine config. An option is a method with its draft and one combination of its
+knobs (a *variant*: a method whose ``params`` list several values of a knob has one option per
+combination, named e.g. ``ngram[prompt_lookup_min=2]``). Optuna sees the space define-by-run:
+``option`` picks a method, draft and variant, then ``<option>.num_speculative_tokens`` picks N
+within that option's range.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from autotune.engine._base import EngineConfig
+from autotune.spec.knobs import searched, variant_name, variants
 from autotune.spec.loader import ResolvedStudy
 from autotune.spec.methods import BASELINE
 
@@ -19,13 +22,13 @@ OPTION = "option"
 
 @dataclass(frozen=True)
 class Option:
-    """A method with its draft and parameters; N is chosen per trial."""
+    """A method with its draft and one fixed value per knob; N is chosen per trial."""
 
     name: str
     method: str
     draft: str | None
     n_values: tuple[int, ...]
-    params: tuple[tuple[str, int], ...] = ()
+    params: tuple[tuple[str, Any], ...] = ()
 
     @property
     def n_param(self) -> str:
@@ -44,15 +47,17 @@ class SearchSpace:
         for m in study.methods:
             seen[m.method] = seen.get(m.method, 0) + 1
             name = m.method if seen[m.method] == 1 else f"{m.method}#{seen[m.method]}"
-            options.append(
-                Option(
-                    name=name,
-                    method=m.method,
-                    draft=m.draft,
-                    n_values=tuple(m.num_speculative_tokens.values()),
-                    params=tuple(sorted(m.params.items())),
+            shown = searched(m.params)
+            for variant in variants(m.params):
+                options.append(
+                    Option(
+                        name=variant_name(name, variant, shown),
+                        method=m.method,
+                        draft=m.draft,
+                        n_values=tuple(m.num_speculative_tokens.values()),
+                        params=tuple(sorted(variant.items())),
+                    )
                 )
-            )
         self.options = options
         self._by_name = {o.name: o for o in options}
 

@@ -20,6 +20,7 @@ from autotune.errors import SpecError
 from autotune.spec._base import StrictModel
 from autotune.spec.catalog import detected_device_key, load_catalog, tensor_parallel_for
 from autotune.spec.drafts import block_draft, unknown_block_reason
+from autotune.spec.knobs import check_params, cpu_warnings
 from autotune.spec.methods import METHODS, RuleContext, check, dspark_n, max_n
 from autotune.spec.study import MethodSpec, NRange, StudySpec
 from autotune.spec.workload import WorkloadSpec
@@ -242,7 +243,10 @@ class ResolvedMethod(StrictModel):
     method: str = Field(description="vLLM's method name.")
     draft: str | None = Field(description="Draft checkpoint, when the method needs one.")
     num_speculative_tokens: NRange = Field(description="N range to search.")
-    params: dict[str, int] = Field(description="Method parameters.")
+    params: dict[str, Any] = Field(
+        description="Knobs (autotune.spec.knobs): a value, or a list of values whose "
+        "combinations are the method's variants."
+    )
     parallel_draft: bool = Field(description="Drafts all N tokens in one pass.")
     prefix_consistent: bool = Field(description="Draft at position i independent of N.")
 
@@ -372,6 +376,7 @@ def resolve_study(spec: StudySpec, source: str, platform: str | None = None) -> 
             mla_attention=entry.mla_attention if entry else False,
             platform=platform,
             allow_rocm_mla_override=spec.model.allow_rocm_mla_override,
+            tensor_parallel_size=tp,
             **_vocab_sizes(m.method, model, draft),
         )
         width = dspark_n(ctx) if m.method == "dspark" else None
@@ -382,7 +387,14 @@ def resolve_study(spec: StudySpec, source: str, platform: str | None = None) -> 
         else:
             hi = min(cat.n_max, max_n(m.method, ctx)) if cat and cat.n_max else max_n(m.method, ctx)
             n_range = NRange(min=1, max=hi)
-        params = {**(cat.params if cat else {}), **m.params}
+        params: dict[str, Any] = {**(cat.params if cat else {}), **m.params}
+        # Knob rules first: their errors name the knob (methods.0.params.prompt_lookup_min).
+        for knob, why in check_params(m.method, params, tensor_parallel_size=tp):
+            where = f"{field}.params.{knob}" if knob else f"{field}.params"
+            raise SpecError(why, source=source, field=where)
+        why_not = _parallel_drafting_refused(params, draft)
+        if why_not:
+            raise SpecError(why_not, source=source, field=f"{field}.params.parallel_drafting")
         result = check(m.method, n_range.values(), params, ctx)
         if result.errors:
             sub = (
@@ -400,6 +412,8 @@ def resolve_study(spec: StudySpec, source: str, platform: str | None = None) -> 
         warnings.extend(f"{field}: {w}" for w in result.warnings)
         if platform == "cpu" and not rule.runs_on_cpu:
             warnings.append(f"{field}: {m.method} does not run on vLLM's CPU build")
+        if platform == "cpu":
+            warnings.extend(f"{field}.params: {w}" for w in cpu_warnings(params))
         methods.append(
             ResolvedMethod(
                 method=m.method,
@@ -594,6 +608,37 @@ def _local_config(ref: str | None) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
+
+
+PARALLEL_DRAFT_TOKENS = ("mask_token_id", "dspark_noise_token_id", "pard_token", "ptd_token_id")
+"""A draft's config.json keys, one of which vLLM needs for parallel drafting (the masked slots'
+token; ``LLMBaseProposer._init_parallel_drafting_params``; DFlash's sits in ``dflash_config``)."""
+
+
+def _parallel_drafting_refused(params: dict[str, Any], draft: str | None) -> str | None:
+    """Why a draft whose config.json is at hand cannot draft in parallel (None: it can, or its
+    config is not local; the engine start then says)."""
+    values = params.get("parallel_drafting")
+    if True not in (values if isinstance(values, list) else [values]):
+        return None
+    config = _local_config(_built_tiny(draft) if draft else None)
+    if config is None:
+        return None
+    if any(config.get(k) is not None for k in PARALLEL_DRAFT_TOKENS) or (
+        "mask_token_id" in (config.get("dflash_config") or {})
+    ):
+        return None
+    return (
+        f"parallel_drafting needs a draft trained for it: {draft}'s config.json has none of "
+        f"{', '.join(PARALLEL_DRAFT_TOKENS)} (vLLM's parallel drafter fills masked slots with it)"
+    )
+
+
+def _built_tiny(ref: str) -> str:
+    """A ``tiny:NAME`` draft's directory when it is built (never builds it); other refs as is."""
+    from autotune.testing.tiny import default_cache_dir, is_tiny
+
+    return str(default_cache_dir() / ref.split(":", 1)[1]) if is_tiny(ref) else ref
 
 
 def _vocab_sizes(method: str, model: str, draft: str | None) -> dict[str, int | None]:

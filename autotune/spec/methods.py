@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
+
+from autotune.spec.knobs import check_params
 
 Method = Literal["ngram", "draft_model", "eagle3", "mtp", "dflash", "dspark", "suffix"]
 """The speculative methods autotune can tune, spelled as vLLM's ``method`` field spells them."""
@@ -35,7 +37,8 @@ ROCM_MLA_SOURCE = (
 
 @dataclass(frozen=True)
 class MethodRule:
-    """What vLLM needs for one method and how the method drafts."""
+    """What vLLM needs for one method and how the method drafts (its knobs besides N, with their
+    rules, are in :mod:`autotune.spec.knobs`)."""
 
     name: str
     needs_draft: bool
@@ -49,8 +52,6 @@ class MethodRule:
     accepts_draft: bool = True
     """False for methods that draft without a checkpoint (ngram, suffix); mtp takes one only for
     models whose MTP head ships separately (Gemma 4's assistant checkpoint)."""
-    params: Mapping[str, tuple[int, int]] = field(default_factory=dict)
-    """Integer method parameters vLLM accepts, with their allowed (min, max)."""
     requires_package: str | None = None
     """A Python package the method needs besides vLLM."""
     runs_on_cpu: bool = True
@@ -65,7 +66,6 @@ METHODS: dict[str, MethodRule] = {
         parallel_draft=False,
         prefix_consistent=True,
         accepts_draft=False,
-        params={"prompt_lookup_min": (1, 32), "prompt_lookup_max": (1, 32)},
         description="prompt lookup: copies the continuation of the last matching n-gram",
     ),
     "draft_model": MethodRule(
@@ -136,6 +136,8 @@ class RuleContext:
     """The user knows about AITER's MLA kernel limit: no warning for N > 3 on ROCm."""
     draft_vocab_size: int | None = None
     target_vocab_size: int | None = None
+    tensor_parallel_size: int = 1
+    """The target's TP (draft_tensor_parallel_size must be 1 or this)."""
 
 
 @dataclass(frozen=True)
@@ -184,7 +186,6 @@ def check(
     """Check a method, the N values it will try and its parameters against the rules."""
     if method not in METHODS:
         return RuleCheck(errors=(f"unknown method {method!r}; known: {', '.join(METHODS)}",))
-    rule = METHODS[method]
     errors: list[str] = []
     warnings: list[str] = []
     lo, hi = min_n(method, ctx), max_n(method, ctx)
@@ -192,18 +193,11 @@ def check(
     if bad:
         why = _bound_reason(method, ctx)
         errors.append(f"num_speculative_tokens {bad[0]} outside [{lo}, {hi}] for {method}{why}")
-    for name, value in params.items():
-        if name not in rule.params:
-            allowed = ", ".join(rule.params) or "none"
-            errors.append(f"unknown parameter {name!r} for {method} (allowed: {allowed})")
-            continue
-        plo, phi = rule.params[name]
-        if not isinstance(value, int) or isinstance(value, bool) or not plo <= value <= phi:
-            errors.append(f"{name} must be an integer in [{plo}, {phi}], got {value!r}")
-    if method == "ngram":
-        pmin, pmax = params.get("prompt_lookup_min"), params.get("prompt_lookup_max")
-        if isinstance(pmin, int) and isinstance(pmax, int) and pmin > pmax:
-            errors.append(f"prompt_lookup_min={pmin} must be <= prompt_lookup_max={pmax}")
+    # The knobs (a value or a list of values each) have their own table and rules.
+    errors.extend(
+        why
+        for _, why in check_params(method, params, tensor_parallel_size=ctx.tensor_parallel_size)
+    )
     if ctx.mla_attention and ctx.platform == "rocm" and not ctx.allow_rocm_mla_override:
         past = [n for n in n_values if n > ROCM_MLA_MAX_N]
         if past:

@@ -6,9 +6,10 @@ drafts, method rules) run in ``autotune.spec.loader.resolve_study``.
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, PlainValidator, field_validator, model_validator
 
 from autotune.spec._base import Bool, Float, Int, StrictModel
 from autotune.spec.methods import GLOBAL_MAX_N, Method
@@ -37,6 +38,38 @@ class NRange(StrictModel):
         return list(range(self.min, self.max + 1))
 
 
+def _knob_setting(value: Any) -> Any:
+    """A knob's value (integer, boolean, finite number or short string) or a non-empty list of
+    them; one message for anything else (a union type would print one error per member)."""
+
+    def scalar(v: Any) -> bool:
+        if isinstance(v, bool | int):
+            return True
+        if isinstance(v, float):
+            return math.isfinite(v)
+        return isinstance(v, str) and 1 <= len(v) <= 64
+
+    if isinstance(value, list):
+        if not 1 <= len(value) <= 16 or not all(scalar(v) for v in value):
+            raise ValueError(
+                "a list of knob values must hold 1 to 16 integers, booleans, numbers or strings"
+            )
+        return value
+    if not scalar(value):
+        raise ValueError(
+            "a knob takes an integer, boolean, number or string (1-64 characters), or a list "
+            "of them to search"
+        )
+    return value
+
+
+KnobSetting = Annotated[
+    int | bool | float | str | list[int | bool | float | str], PlainValidator(_knob_setting)
+]
+"""A knob's fixed value, or the list of values to search; types are kept as written (``"3"``
+stays a string, ``true`` a boolean) and autotune.spec.knobs checks them per knob."""
+
+
 class MethodSpec(StrictModel):
     """One speculative method to search, with its draft checkpoint and N range."""
 
@@ -53,10 +86,14 @@ class MethodSpec(StrictModel):
         description="N range to search. Defaults to 1..the catalog's n_max for the method. "
         "Chain drafters measure every smaller N from one run at the largest.",
     )
-    params: dict[str, Int] = Field(
+    params: dict[str, KnobSetting] = Field(
         default_factory=dict,
         max_length=16,
-        description="Method parameters passed to vLLM as-is (ngram: prompt_lookup_min/max).",
+        description="Knobs of vLLM's SpeculativeConfig (autotune.spec.knobs), each a value or a "
+        "list of values to search: prompt_lookup_min/max (ngram), parallel_drafting, "
+        "rejection_sample_method, draft_tensor_parallel_size, suffix_decoding_*, "
+        "dspark_draft_topk, enable_adaptive_verification. Every combination of listed values is "
+        "one variant of the method.",
     )
 
 

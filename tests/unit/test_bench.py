@@ -54,11 +54,11 @@ def write(path: Path) -> Path:
 def test_truth_and_grid_cost_by_hand(tmp_path: Path):
     truth = landscape_truth(read_landscape(write(tmp_path / "l.csv")), repeats=2)
     assert truth.levels == (("code", 1), ("code", 4))
-    assert truth.throughput[("code", 1)][("ngram", None, 2)] == pytest.approx(172)
+    assert truth.throughput[("code", 1)][("ngram", None, 2, "")] == pytest.approx(172)
     assert truth.best(("code", 4)) == pytest.approx(333)
     # Per config: its start + 2 repeats x (2 s at c=1 + 3 s at c=4).
     assert truth.grid_engine_seconds == pytest.approx((10 + 10) + (12 + 10) + (14 + 10))
-    assert truth.regret_pct(("code", 4), ("ngram", None, 2)) == pytest.approx(100 * 20 / 333)
+    assert truth.regret_pct(("code", 4), ("ngram", None, 2, "")) == pytest.approx(100 * 20 / 333)
     assert truth.regret_pct(("code", 4), None) == 100.0
     # Oracle: baseline, ngram at its largest N (2, best at c=1) and ngram N=1 (best at c=4).
     assert truth.oracle_engine_seconds == pytest.approx(truth.grid_engine_seconds)
