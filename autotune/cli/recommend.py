@@ -293,3 +293,5 @@ def _explain(rec: Any) -> None:
     )
     if r0.env:
         con.print("engine env   " + " ".join(f"{k}={v}" for k, v in sorted(r0.env.items())))
+    if suggestion := render.explain_suggestion(rec):  # no draft, or a poor one: train one
+        click.echo(suggestion, err=True)
