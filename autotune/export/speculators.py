@@ -401,8 +401,8 @@ def commands_readme(
     lines = [
         f"# Speculators training data: study {study}, workload {prepared.name}",
         "",
-        f"Exported by `autotune export --speculators-data {study} --workload {prepared.name}`"
-        f"{' --with-responses' if with_responses else ''}: the {len(prepared.prompts)} prompts "
+        f"Exported by `autotune export --speculators-data {study} --workload {prepared.name}"
+        f"{' --with-responses' if with_responses else ''}`: the {len(prepared.prompts)} prompts "
         f"the study measured (workload digest `{prepared.digest}`), target `{resolved.model}`.",
         "",
         f"- `{PROMPTS_FILE}`: one row per prompt, `conversations` with the user turn (the schema "

@@ -15,6 +15,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -63,22 +64,25 @@ def _run(args: list[str], env: dict[str, str], timeout: float) -> subprocess.Com
     return proc
 
 
-def test_export_train_and_measure_a_draft(tmp_path: Path) -> None:
+def test_export_train_and_measure_a_draft(autotune, db_path: Path, tmp_path: Path) -> None:
     from datasets import load_dataset
 
-    db = tmp_path / "handoff.db"
-    store = Store(str(db))
+    store = Store(str(db_path))
     ngram = {"method": "ngram", "num_speculative_tokens": {"min": 2, "max": 2}}
     api.create_study(store, _write_study(tmp_path, "src", ngram))
+    t0 = time.perf_counter()
     api.run_study(store, "src")
+    print(f"source study: {time.perf_counter() - t0:.0f} s")
     measured = store.measurements(study="src", workload="code")
     assert measured
     digest = measured[-1].workload_digest
 
-    env = {**os.environ, "AUTOTUNE_DB": str(db), "OMP_WAIT_POLICY": "PASSIVE"}
+    env = {**os.environ, "AUTOTUNE_DB": str(db_path), "OMP_WAIT_POLICY": "PASSIVE"}
     out = tmp_path / "spec-data"
     cli = [sys.executable, "-m", "autotune.cli", "export", "--speculators-data", "src"]
+    t0 = time.perf_counter()
     proc = _run([*cli, "--workload", "code", "-o", str(out), "--with-responses"], env, 600)
+    print(f"export with responses: {time.perf_counter() - t0:.0f} s")
     assert proc.stdout == ""  # notes go to stderr
     assert f"digest {digest[:12]}" in proc.stderr
 
@@ -106,11 +110,8 @@ def test_export_train_and_measure_a_draft(tmp_path: Path) -> None:
 
     # A second export into the same directory is bad input: exit 2, nothing rewritten.
     before = (out / "prompts.jsonl").stat().st_mtime_ns
-    again = subprocess.run(
-        [*cli, "--workload", "code", "-o", str(out)], env=env, cwd=REPO,
-        capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
-    assert again.returncode == 2 and "already holds" in again.stderr
+    again = autotune("export", "--speculators-data", "src", "--workload", "code", "-o", str(out))
+    assert again.exit_code == 2 and "already holds" in again.stderr
     assert "Traceback" not in again.stderr
     assert (out / "prompts.jsonl").stat().st_mtime_ns == before
 
@@ -118,7 +119,7 @@ def test_export_train_and_measure_a_draft(tmp_path: Path) -> None:
     draft = tmp_path / "trained-eagle3"
     trained = _run(
         [sys.executable, "-m", "autotune.testing.train_draft", str(out / "responses.jsonl"),
-         str(draft), "--steps", "80"], env, 600,
+         str(draft), "--steps", "40"], env, 600,
     )  # fmt: skip
     report = json.loads(trained.stdout.strip().splitlines()[-1])
     assert report["supervised_tokens"] == sum(sum(r["loss_mask"]) for r in rows)
@@ -131,7 +132,9 @@ def test_export_train_and_measure_a_draft(tmp_path: Path) -> None:
         "num_speculative_tokens": {"min": 2, "max": 2},
     }
     api.create_study(store, _write_study(tmp_path, "trained", eagle))
+    t0 = time.perf_counter()
     summary = api.run_study(store, "trained")
+    print(f"study of the trained draft: {time.perf_counter() - t0:.0f} s")
     assert summary.trials_failed == 0, summary
     new = store.measurements(study="trained", workload="code")
     assert new and {r.workload_digest for r in new} == {digest}
