@@ -99,10 +99,10 @@ def test_bad_input_is_one_line_and_writes_nothing(autotune, replay: Store, tmp_p
     assert result.exit_code == 2 and "is a file" in result.stderr
 
 
-def _tiny_study(tmp_path: Path) -> ResolvedStudy:
+def _tiny_study(tmp_path: Path, model: str = "tiny") -> ResolvedStudy:
     data = {
         "name": "tiny-src",
-        "model": {"name": "tiny"},
+        "model": {"name": model},
         "workloads": ["code"],
         "concurrency": [1, 4],
         "methods": [{"method": "ngram", "num_speculative_tokens": {"min": 1, "max": 2}}],
@@ -113,16 +113,16 @@ def _tiny_study(tmp_path: Path) -> ResolvedStudy:
 
 
 def test_readme_commands_and_the_snippet_measure_the_same_prompts(tmp_path: Path):
-    resolved = _tiny_study(tmp_path)
+    # An HF id: nothing to build or download (a tiny:NAME target would build the tiny model).
+    resolved = _tiny_study(tmp_path, model="Qwen/Qwen3-8B")
     prepared = sx.prepared_workload(resolved, "code")
     assert len(prepared.prompts) == 5 and {p.max_tokens for p in prepared.prompts} == {40}
     out = tmp_path / "data"
     readme = sx.commands_readme(resolved, "tiny-src", prepared, out, with_responses=True)
-    target = sx.target_path("tiny:llama")
-    assert f"--model {target}" in readme and f"--data {out}/responses.jsonl" in readme
-    assert f"--verifier-name-or-path {target}" in readme
+    assert "--model Qwen/Qwen3-8B" in readme and f"--data {out}/responses.jsonl" in readme
+    assert "--verifier-name-or-path Qwen/Qwen3-8B" in readme
     assert "--speculator-type dflash" in readme and sx.SPECULATORS_COMMIT in readme
-    assert "--draft-vocab-size" not in readme  # the tiny vocabulary (1024) is smaller
+    assert readme.count("--draft-vocab-size 32000") == 2  # the tutorial's, vocabulary unknown
     assert prepared.digest in readme
     without = sx.commands_readme(resolved, "tiny-src", prepared, out, with_responses=False)
     assert "--with-responses" in without and "--render-endpoint" in without
@@ -132,7 +132,10 @@ def test_readme_commands_and_the_snippet_measure_the_same_prompts(tmp_path: Path
     assert spec.methods[0].draft == str(out / "eagle3" / "checkpoints" / "checkpoint_best")
     assert spec.concurrency == [1, 4] and spec.repeats == 2
     # Same workload and caps: the new study measures exactly the exported prompt set.
-    again = resolve_study(spec.model_copy(update={"methods": []}), "measure-draft.yaml", "cpu")
+    # (n-gram stands in for the drafts: their checkpoints do not exist before training)
+    ngram = [{"method": "ngram", "num_speculative_tokens": {"min": 1, "max": 1}}]
+    same = validate(StudySpec, {**snippet, "methods": ngram}, "measure-draft.yaml")
+    again = resolve_study(same, "measure-draft.yaml", "cpu")
     assert sx.prepared_workload(again, "code").digest == prepared.digest
 
 
@@ -184,7 +187,24 @@ def key(r):
     return (r.method, r.draft, r.num_speculative_tokens)
 
 
-def test_explain_prints_the_suggestion_on_stderr_only(autotune, replay: Store):
+def test_explain_prints_the_suggestion_on_stderr_only(autotune, replay: Store, tmp_path: Path):
     result = autotune("recommend", "--model", "tiny", "--workload", "code", "--explain")
     assert result.exit_code == 0
     assert "--speculators-data" not in result.stdout + result.stderr  # drafts accept well here
+    # A model the catalog has no draft for, measured with n-gram only (a hand-written replay).
+    from tests.unit.test_tuner import study_data, write_landscape
+
+    land = write_landscape(tmp_path / "ngram-only.csv")
+    api.create_study(replay, data=study_data(land))
+    api.run_study(replay, "replayed")
+    plain = autotune("recommend", "--model", "org/tiny", "--workload", "code")
+    explained = autotune("recommend", "--model", "org/tiny", "--workload", "code", "--explain")
+    assert explained.exit_code == plain.exit_code == 0
+    assert explained.stdout == plain.stdout  # the config alone, unchanged
+    lines = [x for x in explained.stderr.splitlines() if "--speculators-data" in x]
+    assert lines == [
+        "note: the catalog has no draft for org/tiny and the study measured none; train one on "
+        "the study's prompts with vLLM Speculators: autotune export --speculators-data replayed "
+        "--workload code --output speculators-replayed-code --with-responses"
+    ]
+    assert "--speculators-data" not in plain.stderr
