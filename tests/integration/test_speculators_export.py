@@ -4,9 +4,10 @@ draft trained on nothing but the exported rows, and a study that measures that d
 
 The export round-trips through the reader vLLM Speculators' ``prepare_data.py`` uses
 (``datasets.load_dataset("json", ...)`` in ``load_raw_dataset``) and the checks of its
-pass-through of speculator-format rows (``check_speculator_rows``). Speculators itself is not
-installed: its wheel pins transformers < 5.16 and pulls torchvision/torchaudio, which would
-replace this venv's transformers 5.x and break ``import transformers``.
+pass-through of speculator-format rows (``check_speculator_rows``, the rules read in its
+source). Speculators itself is not installed: ``pip install --dry-run speculators`` (0.9.0)
+would pull torch 2.14.1, a CUDA build, over the CPU torch vLLM's CPU build needs (through its
+torchvision/torchaudio requirements).
 """
 
 from __future__ import annotations
