@@ -46,7 +46,7 @@ FORMATS = ("json", "args", "yaml", "dsd")
     "--explain",
     is_flag=True,
     help="Also print throughput, speedup, acceptance, runner-up, confidence and provenance "
-    "(on stderr).",
+    "(on stderr), and the export that trains a draft when none accepts well.",
 )
 @click.option(
     "--source",
