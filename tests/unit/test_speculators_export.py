@@ -208,3 +208,28 @@ def test_explain_prints_the_suggestion_on_stderr_only(autotune, replay: Store, t
         "--workload code --output speculators-replayed-code --with-responses"
     ]
     assert "--speculators-data" not in plain.stderr
+
+
+def test_tiny_trainer_counts_only_supervised_targets():
+    """The data entry point's loss and windows (no model is built or trained here)."""
+    import torch
+
+    from autotune.testing._tiny_build import POSITION_DECAY
+    from autotune.testing.train_draft import masked_position_loss, row_windows
+
+    gen = torch.Generator().manual_seed(0)
+    b, t, n, v = 2, 5, 2, 7
+    drafts = torch.randn(b, t, n, v, generator=gen)
+    teacher = torch.randn(b, t + n + 1, v, generator=gen)
+    mask = torch.zeros(b, t + n + 1, dtype=torch.long)
+    mask[1, 4] = 1  # only the token at 4: draft 0 at anchor 2 and draft 1 at anchor 1
+    ce0 = -(teacher[1, 3].softmax(-1) * drafts[1, 2, 0].log_softmax(-1)).sum()
+    ce1 = -(teacher[1, 3].softmax(-1) * drafts[1, 1, 1].log_softmax(-1)).sum()
+    expected = (ce0 + POSITION_DECAY * ce1) / n
+    assert torch.allclose(masked_position_loss(drafts, teacher, mask), expected)
+    # Windows reach into each row's supervised part.
+    rows = [(torch.arange(40), torch.tensor([0] * 30 + [1] * 10))]
+    batches = row_windows(rows, 12, 3, seed=1)
+    for _ in range(5):
+        ids, m = next(batches)
+        assert ids.shape == (3, 12) and bool((m.sum(1) > 0).all())
