@@ -46,7 +46,7 @@ FORMATS = ("json", "args", "yaml", "dsd")
     "--explain",
     is_flag=True,
     help="Also print throughput, speedup, acceptance, runner-up, confidence and provenance "
-    "(on stderr).",
+    "(on stderr), and the export that trains a draft when none accepts well.",
 )
 @click.option(
     "--source",
@@ -299,3 +299,5 @@ def _explain(rec: Any) -> None:
     )
     if r0.env:
         con.print("engine env   " + " ".join(f"{k}={v}" for k, v in sorted(r0.env.items())))
+    if suggestion := render.explain_suggestion(rec):  # no draft, or a poor one: train one
+        click.echo(suggestion, err=True)

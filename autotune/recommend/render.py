@@ -111,3 +111,88 @@ def dsd_config(choices: Sequence[Choice]) -> dict[str, Any] | None:
     config["num_speculative_tokens"] = max(row[2] for row in table)
     config["num_speculative_tokens_per_batch_size"] = table
     return config
+
+
+# --- `recommend --explain`: when to train a draft -------------------------------------------
+
+MIN_DRAFT_ACCEPTANCE_LENGTH = 1.5
+"""Below this mean acceptance length (vLLM's: 1 + accepted draft tokens per draft step) the best
+measured trained draft of a model at a workload is judged poor, and ``recommend --explain``
+suggests training one on the study's prompts (``autotune export --speculators-data``). At 1.5 a
+draft step gains half a token over plain decoding, so even a cheap drafter barely pays; the
+Speculators tutorial's 5K-sample sanity-check DFlash run reads 1.47."""
+
+TRAINED_DRAFT_METHODS = frozenset({"draft_model", "eagle3", "dflash", "dspark", "mtp"})
+"""Methods whose drafter is a trained model (n-gram and suffix decoding need no training)."""
+
+
+def training_suggestion(
+    *,
+    study: str,
+    workload: str,
+    model: str,
+    rows: Sequence[Any],
+    catalog_has_draft: bool,
+    threshold: float = MIN_DRAFT_ACCEPTANCE_LENGTH,
+) -> str | None:
+    """The one stderr line `recommend --explain` adds when training a draft is the way forward:
+    the catalog has no draft for ``model`` and the study measured none that accepts at least
+    ``threshold``, or the best trained draft the study measured at ``workload`` (newest prompt
+    set, all levels) stays below ``threshold``. None otherwise."""
+    from autotune.recommend.choose import latest_digest
+
+    digest = latest_digest(rows, workload)
+    totals: dict[tuple[str, str | None, int], list[int]] = {}
+    for r in rows:
+        if r.workload != workload or r.workload_digest != digest:
+            continue
+        if r.method not in TRAINED_DRAFT_METHODS or not r.num_drafts:
+            continue
+        t = totals.setdefault((r.method, r.draft, r.num_speculative_tokens), [0, 0])
+        t[0] += r.num_accepted_tokens
+        t[1] += r.num_drafts
+    lengths = {key: 1.0 + a / d for key, (a, d) in totals.items()}
+    command = (
+        f"autotune export --speculators-data {study} --workload {workload} "
+        f"--output speculators-{study}-{workload} --with-responses"
+    )
+    if lengths:
+        (method, _, n), best = max(lengths.items(), key=lambda kv: kv[1])
+        if best >= threshold:
+            return None
+        why = (
+            f"the best measured draft accepts little at {workload} ({method} N={n}: acceptance "
+            f"length {best:.2f} < {threshold:g})"
+        )
+    elif not catalog_has_draft:
+        why = f"the catalog has no draft for {model} and the study measured none"
+    else:
+        return None
+    return f"note: {why}; train one on the study's prompts with vLLM Speculators: {command}"
+
+
+def catalog_has_draft(model: str) -> bool:
+    """Whether the catalog lists a trained drafter for ``model`` (alias or id): a draft
+    checkpoint, or the target's own MTP layers."""
+    from autotune.spec.catalog import load_catalog
+
+    found = load_catalog().resolve(model)
+    if found is None:
+        return False
+    entry = found[1]
+    return any(
+        method in TRAINED_DRAFT_METHODS and (m.draft is not None or entry.mtp_layers)
+        for method, m in entry.methods.items()
+    )
+
+
+def explain_suggestion(rec: Any) -> str | None:
+    """:func:`training_suggestion` for an ``autotune.api.Recommendation``."""
+    model = rec.model_alias or rec.model
+    return training_suggestion(
+        study=rec.study.name,
+        workload=rec.workload,
+        model=model,
+        rows=rec.rows,
+        catalog_has_draft=catalog_has_draft(model),
+    )
