@@ -429,7 +429,13 @@ def recommend(
     against the study's ``measurement.max_spread_pct`` (``low_confidence_levels``).
     """
     from autotune.recommend.choose import choose, choose_overall
-    from autotune.recommend.slo import NoConfigMeetsSLO, choose_overall_slo, choose_slo, study_slo
+    from autotune.recommend.slo import (
+        NoConfigMeetsSLO,
+        choose_goodput,
+        choose_overall_slo,
+        choose_slo,
+        study_slo,
+    )
 
     sel = select_study(store, model, workload, study)
     record, rows = sel.study, sel.rows
@@ -442,7 +448,11 @@ def recommend(
     resolved = ResolvedStudy.from_json(record.resolved_json)
     slo = slo if slo else study_slo(resolved.spec, workload)
 
+    goodput = resolved.spec.objective == "goodput"
+
     def at(level: int) -> Any:
+        if goodput and slo:  # rank by requests/s that met the SLO (vLLM's goodput)
+            return choose_goodput(rows, workload, level, slo)
         if not slo:
             return choose(rows, workload, level)
         under = choose_slo(rows, workload, level, slo)
