@@ -759,6 +759,12 @@ class StudyReport:
     """Lines for stderr: how much of a partial study was measured."""
     verified: tuple[str, ...] = ()
     """One line per stored ``autotune verify`` of the study (newest per workload and mode)."""
+    trade_off: Any = None
+    """pandas.DataFrame, per level every config's tok/s vs p99 latencies, goodput, SLO and
+    Pareto-front flags (:func:`autotune.report.tradeoff.trade_off_frame`; empty without
+    latencies)."""
+    slo_text: dict[str, str] = field(default_factory=dict)
+    """Workload -> the study's SLO for it, as text ("" where it sets none)."""
 
 
 def report_study(
@@ -802,7 +808,12 @@ def report_study(
     cov = coverage(store, record) if record.status != FINISHED else None
     notes = () if cov is None or cov.exhausted else (cov.line(name),)
     verified = tuple(verification_lines(store, record))
-    return StudyReport(df, summary_frame(df), written, notes, verified)
+    from autotune.report.tradeoff import slo_of, trade_off_frame
+
+    slo_text = {str(w): slo_of(df, str(w)).describe() for w in sorted(df["workload"].unique())}
+    return StudyReport(
+        df, summary_frame(df), written, notes, verified, trade_off_frame(df), slo_text
+    )
 
 
 def catalog_json() -> dict[str, Any]:

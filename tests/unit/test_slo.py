@@ -304,11 +304,13 @@ def test_request_goodput_matches_vllm_bench_serve() -> None:
         assert ours == pytest.approx(metrics.request_goodput)
 
 
-def _load_recording(store_path: Path) -> None:
+def _load_recording(store_path: Path, slo: dict[str, Any] | None = None) -> None:
     """The recorded sweep as a finished study in a real store, trial by trial, as the tuner
-    writes it (the replay engine records no latencies, so it cannot stand in here)."""
+    writes it (the replay engine records no latencies, so it cannot stand in here); ``slo``:
+    the study's ``slo:`` block."""
     from autotune import api
     from autotune.engine._base import EngineConfig, EngineInfo, Measurement
+    from autotune.search.bench import study_from_landscape
     from autotune.store import Store
 
     df = pd.read_csv(DATA, comment="#", dtype=str, keep_default_na=False)
@@ -319,7 +321,10 @@ def _load_recording(store_path: Path) -> None:
         "measure_s\norg/tiny,code,none,,0,1,0,1,,,1,1\norg/tiny,code,ngram,,1,1,0,1,1.5,0.5,1,1\n"
     )
     store = Store(str(store_path))
-    record = api.create_replay_study(store, landscape, "slo-sweep").study
+    data = study_from_landscape(landscape, "slo-sweep")
+    if slo is not None:
+        data["slo"] = slo
+    record = api.create_study(store, data=data, source=str(landscape)).study
     for _, trial in df.groupby("trial_id", sort=False):
         first = trial.iloc[0]
         spec = json.loads(first.speculative_config)
@@ -388,3 +393,137 @@ def test_recommend_under_an_slo_from_the_command_line(autotune, db_path: Path) -
         "recommend", "--model", "gemma4", "--workload", "code", "--slo-itl-p99", "20"
     )
     assert unmeasured.exit_code == 1
+
+
+# --- goodput as the objective ---------------------------------------------------------------
+
+
+def _timings(seed: int, n: int = 40) -> list[Any]:
+    import random
+
+    from autotune.engine.stats import RequestTiming
+
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        sent = i * 0.05
+        first = sent + rng.uniform(0.01, 0.4)
+        chunks = [first]
+        for _ in range(rng.choice([0, 1, 5, 20])):
+            chunks.append(chunks[-1] + rng.uniform(0.001, 0.03))
+        out.append(RequestTiming(sent, tuple(chunks), output_tokens=len(chunks) * 2 - 1))
+    out.append(RequestTiming(2.0, (), output_tokens=0))  # streamed nothing: never good
+    return out
+
+
+def test_goodput_from_the_stored_pairs_is_goodput_from_the_timings() -> None:
+    """What a measurement stores per request (schema 4) recomputes vLLM's goodput for any SLO
+    later, exactly as from the run's timings."""
+    from autotune.engine._base import Measurement
+    from autotune.engine.stats import request_latencies_ms
+    from autotune.recommend.slo import measurement_goodput, request_goodput
+
+    timings = _timings(3)
+    pairs = request_latencies_ms(timings)
+    assert pairs[-1] == (None, None)
+    one_token = [p for t, p in zip(timings, pairs, strict=True) if t.output_tokens == 1]
+    assert one_token and all(p[1] == 0.0 for p in one_token)  # vLLM: TPOT 0 for one token
+    m = Measurement(
+        workload="code",
+        workload_digest="d",
+        concurrency=4,
+        repeat=0,
+        seed=0,
+        num_requests=len(timings),
+        num_prompt_tokens=0,
+        num_output_tokens=0,
+        measure_s=4.0,
+        output_throughput_tok_s=1.0,
+        request_throughput_req_s=1.0,
+        request_latencies_ms=pairs,
+    )
+    for slo in (SLO(ttft_p99_ms=200), SLO(tpot_p99_ms=8), SLO(ttft_p99_ms=300, tpot_p99_ms=10)):
+        assert measurement_goodput(m, slo) == pytest.approx(request_goodput(timings, 4.0, slo))
+    assert measurement_goodput(replace_pairs(m, ()), SLO(tpot_p99_ms=8)) is None
+
+
+def replace_pairs(m: Any, pairs: tuple[Any, ...]) -> Any:
+    from dataclasses import replace
+
+    return replace(m, request_latencies_ms=pairs)
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ("objective: goodput\n", "objective: goodput needs an slo: block"),
+        ("objective: goodput\nslo: {itl_p99_ms: 20}\n", "with tpot_p99_ms or ttft_p99_ms"),
+        (
+            "objective: goodput\nslo: {tpot_p99_ms: 20}\n"
+            "engine: {kind: replay, landscape: x.csv}\n",
+            "a replayed landscape does not record",
+        ),
+    ],
+)
+def test_goodput_objective_needs_an_slo_and_per_request_data(
+    tmp_path: Path, extra: str, message: str
+) -> None:
+    path = tmp_path / "s.yaml"
+    (tmp_path / "x.csv").write_text("model\n")
+    path.write_text(textwrap.dedent(STUDY) + extra)
+    with pytest.raises(SpecError) as info:
+        load_study_file(path)
+    assert message in str(info.value) and "\n" not in str(info.value)
+
+
+def test_goodput_objective_loads_with_an_slo(tmp_path: Path) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text(textwrap.dedent(STUDY) + "objective: goodput\nslo: {tpot_p99_ms: 40}\n")
+    assert load_study_file(path).objective == "goodput"
+
+
+def test_goodput_value_is_the_geomean_of_level_medians() -> None:
+    """The tuner's trial value under ``objective: goodput``: per level the median goodput over
+    repeats, then the geometric mean over levels; 0 when a level served no good request."""
+    import math
+
+    from autotune.engine._base import Measurement
+    from autotune.engine.stats import request_latencies_ms
+    from autotune.search.samplers import GOODPUT_METRIC, goodput_value, metric_name
+    from autotune.spec.study import StudySpec
+
+    spec = StudySpec.model_validate(
+        {
+            "name": "s",
+            "model": {"name": "tiny"},
+            "workloads": ["code"],
+            "objective": "goodput",
+            "slo": {"tpot_p99_ms": 8},
+        }
+    )
+    assert metric_name(spec) == GOODPUT_METRIC
+    slo = SLO(tpot_p99_ms=8)
+    from autotune.recommend.slo import request_goodput
+
+    def m(level: int, repeat: int, seed: int) -> Measurement:
+        return Measurement(
+            workload="code",
+            workload_digest="d",
+            concurrency=level,
+            repeat=repeat,
+            seed=0,
+            num_requests=41,
+            num_prompt_tokens=0,
+            num_output_tokens=0,
+            measure_s=4.0,
+            output_throughput_tok_s=1.0,
+            request_throughput_req_s=1.0,
+            request_latencies_ms=request_latencies_ms(_timings(seed)),
+        )
+
+    runs = [m(1, 0, 1), m(1, 1, 2), m(1, 2, 3), m(8, 0, 4)]
+    g = [request_goodput(_timings(s), 4.0, slo) for s in (1, 2, 3, 4)]
+    expected = math.sqrt(sorted(g[:3])[1] * g[3])
+    assert goodput_value(runs, spec) == pytest.approx(expected)
+    nothing_good = replace_pairs(runs[3], ((None, None),))
+    assert goodput_value([*runs[:3], nothing_good], spec) == 0.0
