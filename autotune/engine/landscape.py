@@ -4,7 +4,9 @@
 output_throughput_tok_s,mean_acceptance_length,acceptance_per_pos,engine_start_s,measure_s``
 
 ``method = none`` with ``num_speculative_tokens = 0`` is the baseline; ``acceptance_per_pos`` is
-a ``;``-separated list of a_i (empty for the baseline).
+a ``;``-separated list of a_i (empty for the baseline). Optional columns ``tpot_ms_p99``,
+``ttft_ms_p99`` and ``itl_ms_p99`` carry the run's p99 latencies, so a replayed study can be
+searched and chosen under a latency SLO.
 """
 
 from __future__ import annotations
@@ -34,6 +36,10 @@ COLUMNS = (
 )
 
 
+LATENCY_COLUMNS = ("tpot_ms_p99", "ttft_ms_p99", "itl_ms_p99")
+"""Optional: a recorded run's p99 latencies in ms."""
+
+
 @dataclass(frozen=True)
 class LandscapePoint:
     model: str
@@ -48,6 +54,10 @@ class LandscapePoint:
     acceptance_per_pos: tuple[float, ...]
     engine_start_s: float
     measure_s: float
+    tpot_ms_p99: float | None = None
+    ttft_ms_p99: float | None = None
+    itl_ms_p99: float | None = None
+    """Optional latency columns (None where the landscape has none)."""
 
     @property
     def config(self) -> tuple[str, str | None, int]:
@@ -137,6 +147,7 @@ def _parse(row: dict[str, str]) -> LandscapePoint:
         acceptance_per_pos=per_pos,
         engine_start_s=_finite(row, "engine_start_s"),
         measure_s=_finite(row, "measure_s", positive=True),
+        **{c: _finite(row, c) for c in LATENCY_COLUMNS if (row.get(c) or "").strip()},
     )
 
 

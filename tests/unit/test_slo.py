@@ -527,3 +527,94 @@ def test_goodput_value_is_the_geomean_of_level_medians() -> None:
     assert goodput_value(runs, spec) == pytest.approx(expected)
     nothing_good = replace_pairs(runs[3], ((None, None),))
     assert goodput_value([*runs[:3], nothing_good], spec) == 0.0
+
+
+# --- the model strategy under an SLO: the recorded sweep replayed with its p99s --------------
+
+LANDSCAPE = DATA.with_name("tiny-cpu-slo-landscape.csv")
+
+
+def _replayed(tmp_path: Path, name: str, seed: int, **extra: Any) -> tuple[Any, Any]:
+    """A `model`-sampler study of the recorded sweep (as a landscape with its p99 columns), run
+    through the real tuner loop and store on the replay engine."""
+    from autotune import api
+    from autotune.search.bench import study_from_landscape
+    from autotune.store import Store
+
+    store = Store(str(tmp_path / f"{name}.db"))
+    data = study_from_landscape(LANDSCAPE, name, sampler="model")
+    data.update(seed=seed, **extra)
+    api.create_study(store, data=data, source=str(LANDSCAPE))
+    api.run_study(store, name)
+    return store, store.get_study(name)
+
+
+def _answer(store: Any, level: int) -> str | None:
+    from autotune import api
+
+    try:
+        return api.recommend(store, "tiny:llama", "code", level).choice.best.label()
+    except NoConfigMeetsSLO:
+        return None
+
+
+def test_the_model_strategy_under_an_slo_ends_with_the_slo_answer(tmp_path: Path) -> None:
+    """At 8 in flight n-gram N=3 is fastest but only running without speculation keeps p99 ITL
+    under 20 ms: under that SLO the search compares candidates against the best config that
+    meets it (not the fastest overall), so it measures more and ends on the SLO's answer."""
+    plain, plain_study = _replayed(tmp_path, "plain", 0)
+    under, under_study = _replayed(tmp_path, "under", 0, slo={"itl_p99_ms": 20})
+    assert _answer(plain, 8) == "ngram N=3"
+    assert _answer(under, 8) == "off (no speculation)"
+    started = {t.config_key for t in plain.trials(plain_study)}
+    started_under = {t.config_key for t in under.trials(under_study)}
+    assert started < started_under  # the SLO-meeting best is lower: more configs could win
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("slo", [{"itl_p99_ms": 20}, {"tpot_p99_ms": 6.5}, {"tpot_p99_ms": 3}])
+def test_the_slo_winner_of_the_recording_is_never_skipped(
+    tmp_path: Path, rows: list[Row], slo: dict[str, float], seed: int
+) -> None:
+    """Whatever the replay's draws, the config that the whole recording (every repeat) says is
+    best under the SLO at a level was measured there: the SLO never prunes the winner."""
+    store, study = _replayed(tmp_path, "s", seed, slo=slo)
+    measured = store.measurements(study=study.name)
+    for level in (1, 8):
+        truth = choose_slo(rows, "code", level, SLO(**slo))
+        assert truth is not None
+        if truth.best is None:
+            continue  # nothing in the recording meets it: no winner to keep
+        winner = truth.best.config.speculative_config
+        assert any(m.concurrency == level and m.speculative_config == winner for m in measured)
+
+
+def test_configs_that_cannot_meet_the_tpot_limit_are_not_proposed(tmp_path: Path) -> None:
+    """After the baseline and each method's largest N, a candidate's upper-bound throughput
+    bounds its p99 TPOT from below (c / throughput per stream, times the level's smallest
+    measured p99 TPOT / (c / throughput)): where that floor is over the limit, the level is not
+    one it could win, so it is not measured there."""
+    from autotune.search.model_strategy import ModelStrategy, _tpot_ratios
+    from autotune.search.space import SearchSpace
+    from autotune.search.strategy import SearchState
+    from autotune.spec.loader import ResolvedStudy
+
+    def after_anchors(name: str, **extra: Any) -> tuple[ModelStrategy, SearchState]:
+        budget = {"max_engine_configs": 3}
+        store, study = _replayed(tmp_path, name, 0, budget=budget, **extra)
+        resolved = ResolvedStudy.from_json(study.resolved_json)
+        rows = store.measurements(study=name)
+        done = {t.config_key: 1.0 for t in store.trials(study)}
+        state = SearchState(resolved, SearchSpace(resolved), rows, done, frozenset())
+        return ModelStrategy(resolved), state
+
+    strategy, state = after_anchors("plain")
+    plain = {c.config.label(): c.levels for c in strategy.candidates(state)}
+    strategy, state = after_anchors("tight", slo={"tpot_p99_ms": 3})
+    tight = {c.config.label(): c.levels for c in strategy.candidates(state)}
+    assert any(("code", 8) in levels for levels in plain.values())
+    assert not any(("code", 8) in levels for levels in tight.values())
+    ratios = _tpot_ratios(state.rows)
+    for level, ratio in ratios.items():
+        # the bound is a measured ratio: p99 TPOT over a stream's mean time per token
+        assert 0.5 < ratio < 3, (level, ratio)
