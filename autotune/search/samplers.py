@@ -40,6 +40,11 @@ def metric_name(spec: StudySpec) -> str:
     return GOODPUT_METRIC if spec.objective == "goodput" else METRIC
 
 
+def objective_unit(spec: StudySpec) -> str:
+    """The unit of the study's trial value, as progress lines print it."""
+    return "good req/s" if spec.objective == "goodput" else "tok/s"
+
+
 def study_objective(
     spec: StudySpec,
 ) -> Callable[[Sequence[Measurement | MeasurementRecord]], float]:

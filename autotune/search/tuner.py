@@ -38,6 +38,7 @@ from autotune.search.samplers import (
     make_sampler,
     make_strategy,
     metric_name,
+    objective_unit,
     study_objective,
 )
 from autotune.search.space import SearchSpace
@@ -160,6 +161,9 @@ class Tuner:
         self._objective = study_objective(self.study.spec)
         self.pool_factory = pool_factory
         self.reporter = reporter or SilentReporter()
+        self._unit = objective_unit(self.study.spec)
+        if hasattr(self.reporter, "unit"):  # the CLI's reporters print the trial value
+            self.reporter.unit = self._unit
         self._prepare = prepare_workload
         self.strategy = strategy
         self.summary = RunSummary()
@@ -332,7 +336,8 @@ class Tuner:
             return None
         value, key = max(scored)
         label = next((c.label() for c in self.space.configs() if c.key() == key), key)
-        return f"{label} ({value:,.0f} tok/s)"
+        shown = f"{value:,.0f}" if self._unit == "tok/s" else f"{value:,.2f}"  # req/s are small
+        return f"{label} ({shown} {self._unit})"
 
     def _budget_hit(self, max_configs: int | None) -> tuple[str, str]:
         """(why the run stops, the study's status), or ("", "") while within budget."""

@@ -4,6 +4,7 @@ goodput under the study's SLO, and ``recommend`` and ``report`` rank and show go
 
 from __future__ import annotations
 
+import io
 import math
 import statistics
 from pathlib import Path
@@ -12,6 +13,7 @@ import pytest
 import yaml
 
 from autotune import api
+from autotune.cli.progress import LineReporter
 from autotune.recommend.slo import choose_goodput, measurement_goodput
 from autotune.search.samplers import GOODPUT_METRIC, goodput_value
 from autotune.spec.loader import ResolvedStudy
@@ -49,8 +51,12 @@ def test_a_goodput_study_on_real_engines(tmp_path: Path) -> None:
     path.write_text(yaml.safe_dump(data))
     store = Store(str(tmp_path / "goodput.db"))
     api.create_study(store, path)
-    summary = api.run_study(store, "goodput")
+    lines = io.StringIO()
+    summary = api.run_study(store, "goodput", reporter=LineReporter(lines))
     assert summary.trials_run == 2 and summary.trials_failed == 0, summary
+    # progress lines give the trial value in the objective's unit
+    done = [line for line in lines.getvalue().splitlines() if "] done " in line]
+    assert len(done) == 2 and all("good req/s (geometric mean" in line for line in done)
 
     study = store.get_study("goodput")
     spec = ResolvedStudy.from_json(study.resolved_json).spec

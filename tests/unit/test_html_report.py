@@ -189,3 +189,12 @@ def _open_probe(probed: Path, width: int) -> dict:
     m = re.search(r'<pre id="probe">(.*?)</pre>', out.stdout, re.S)
     assert m, out.stderr[-2000:]
     return json.loads(m.group(1).replace("&quot;", '"').replace("&amp;", "&"))
+
+
+def test_the_trade_off_with_plotly_is_interactive_and_offline(slo_report, tmp_path: Path):
+    pytest.importorskip("plotly")
+    _, df = slo_report
+    text = write_html(df, tmp_path / "p.html", renderer="plotly").read_text()
+    assert text.count('"name":"Pareto front"') == 2  # one front per level (concurrency 1, 8)
+    assert 'class="tradeoff"' in text and "p99 TPOT (ms)" in text
+    assert "<script src" not in text  # plotly.js is inlined once: the page works offline

@@ -618,3 +618,27 @@ def test_configs_that_cannot_meet_the_tpot_limit_are_not_proposed(tmp_path: Path
     for level, ratio in ratios.items():
         # the bound is a measured ratio: p99 TPOT over a stream's mean time per token
         assert 0.5 < ratio < 3, (level, ratio)
+
+
+def test_progress_lines_print_the_objectives_unit() -> None:
+    """A progress line prints the trial value in the objective's unit: tok/s, or good req/s
+    (the tuner sets it; tests/integration/test_goodput_e2e.py checks that on real engines)."""
+    import io
+
+    from autotune.cli.progress import LineReporter
+    from autotune.engine._base import EngineConfig
+    from autotune.search.samplers import objective_unit
+    from autotune.spec.study import StudySpec
+
+    base = {"name": "s", "model": {"name": "tiny"}, "workloads": ["code"]}
+    goodput = StudySpec.model_validate(
+        {**base, "objective": "goodput", "slo": {"ttft_p99_ms": 100}}
+    )
+    assert objective_unit(StudySpec.model_validate(base)) == "tok/s"
+    assert objective_unit(goodput) == "good req/s"
+    stream = io.StringIO()
+    reporter = LineReporter(stream)
+    assert reporter.unit == "tok/s"
+    reporter.unit = objective_unit(goodput)
+    reporter.trial_finished(EngineConfig(model="m"), 3.25, None, None)
+    assert "3.2 good req/s (geometric mean over its levels)" in stream.getvalue()
