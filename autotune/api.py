@@ -448,10 +448,13 @@ def recommend(
     resolved = ResolvedStudy.from_json(record.resolved_json)
     slo = slo if slo else study_slo(resolved.spec, workload)
 
-    goodput = resolved.spec.objective == "goodput"
+    # vLLM's goodput judges TTFT and TPOT only: an ITL-only SLO is chosen by choose_slo.
+    goodput = resolved.spec.objective == "goodput" and (
+        slo.tpot_p99_ms is not None or slo.ttft_p99_ms is not None
+    )
 
     def at(level: int) -> Any:
-        if goodput and slo:  # rank by requests/s that met the SLO (vLLM's goodput)
+        if goodput:  # rank by requests/s that met the SLO (vLLM's goodput)
             return choose_goodput(rows, workload, level, slo)
         if not slo:
             return choose(rows, workload, level)
