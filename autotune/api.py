@@ -437,7 +437,13 @@ def recommend(
     against the study's ``measurement.max_spread_pct`` (``low_confidence_levels``).
     """
     from autotune.recommend.choose import choose, choose_overall
-    from autotune.recommend.slo import NoConfigMeetsSLO, choose_overall_slo, choose_slo, study_slo
+    from autotune.recommend.slo import (
+        NoConfigMeetsSLO,
+        choose_goodput,
+        choose_overall_slo,
+        choose_slo,
+        study_slo,
+    )
 
     sel = select_study(store, model, workload, study)
     record, rows = sel.study, sel.rows
@@ -450,7 +456,14 @@ def recommend(
     resolved = ResolvedStudy.from_json(record.resolved_json)
     slo = slo if slo else study_slo(resolved.spec, workload)
 
+    # vLLM's goodput judges TTFT and TPOT only: an ITL-only SLO is chosen by choose_slo.
+    goodput = resolved.spec.objective == "goodput" and (
+        slo.tpot_p99_ms is not None or slo.ttft_p99_ms is not None
+    )
+
     def at(level: int) -> Any:
+        if goodput:  # rank by requests/s that met the SLO (vLLM's goodput)
+            return choose_goodput(rows, workload, level, slo)
         if not slo:
             return choose(rows, workload, level)
         under = choose_slo(rows, workload, level, slo)
@@ -766,6 +779,12 @@ class StudyReport:
     """Lines for stderr: how much of a partial study was measured."""
     verified: tuple[str, ...] = ()
     """One line per stored ``autotune verify`` of the study (newest per workload and mode)."""
+    trade_off: Any = None
+    """pandas.DataFrame, per level every config's tok/s vs p99 latencies, goodput, SLO and
+    Pareto-front flags (:func:`autotune.report.tradeoff.trade_off_frame`; empty without
+    latencies)."""
+    slo_text: dict[str, str] = field(default_factory=dict)
+    """Workload -> the study's SLO for it, as text ("" where it sets none)."""
 
 
 def report_study(
@@ -809,7 +828,12 @@ def report_study(
     cov = coverage(store, record) if record.status != FINISHED else None
     notes = () if cov is None or cov.exhausted else (cov.line(name),)
     verified = tuple(verification_lines(store, record))
-    return StudyReport(df, summary_frame(df), written, notes, verified)
+    from autotune.report.tradeoff import slo_of, trade_off_frame
+
+    slo_text = {str(w): slo_of(df, str(w)).describe() for w in sorted(df["workload"].unique())}
+    return StudyReport(
+        df, summary_frame(df), written, notes, verified, trade_off_frame(df), slo_text
+    )
 
 
 def catalog_json() -> dict[str, Any]:

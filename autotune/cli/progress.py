@@ -23,15 +23,18 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
 
-def _finished_text(label: str, value: float | None, reason: str | None) -> str:
+def _finished_text(label: str, value: float | None, reason: str | None, unit: str = "tok/s") -> str:
     if reason is not None:
         return f"failed {label}: {reason}"
     shown = "-" if value is None else f"{value:,.1f}"
-    return f"done   {label}: {shown} tok/s (geometric mean over its levels)"
+    return f"done   {label}: {shown} {unit} (geometric mean over its levels)"
 
 
 class QuietReporter(SilentReporter):
     """Says nothing (``--quiet``): the command's final summary is the only output."""
+
+    unit = "tok/s"
+    """The trial value's unit; the tuner sets it from the study's objective."""
 
 
 class LineReporter(QuietReporter):
@@ -60,7 +63,7 @@ class LineReporter(QuietReporter):
     ) -> None:
         self.done += 1
         text = f"[{self.done}/{max(self.total, self.done)}] " + _finished_text(
-            config.label(), value, reason
+            config.label(), value, reason, self.unit
         )
         if best:
             text += f"; best so far {best}"
@@ -134,7 +137,7 @@ class RichReporter(QuietReporter):
         if label in self.current:
             self.current.remove(label)
         self.best = best
-        text = _finished_text(label, value, reason)
+        text = _finished_text(label, value, reason, self.unit)
         style = "red" if reason is not None else "green"
         self.progress.console.print(text, style=style, markup=False)
         self.progress.update(self.task, advance=1, status=self._status())

@@ -64,8 +64,10 @@ def report(
     """Show a study's results: per config and cell, median tok/s, spread, speedup, acceptance.
 
     Prints a table (★ marks the recommended config of each workload × concurrency; repeats
-    that disagree by more than the study's max_spread_pct are flagged noisy) and writes the
-    plots and exports asked for. Exits 1 when the study has no measurements yet.
+    that disagree by more than the study's max_spread_pct are flagged noisy), then, where the
+    engine recorded latencies, each level's Pareto front of throughput vs p99 TPOT (with
+    goodput and whether each config meets the study's slo:), and writes the plots and exports
+    asked for. Exits 1 when the study has no measurements yet.
 
     \b
     Example:
@@ -74,6 +76,7 @@ def report(
     """
     from autotune import api
     from autotune.report import provenance, summary_table
+    from autotune.report.table import front_table
 
     rep = api.report_study(
         ctx.store(),
@@ -94,6 +97,8 @@ def report(
                 "max_spread_pct": summary.attrs.get("max_spread_pct"),
                 "provenance": provenance(df),
                 "summary": [_clean(r) for r in summary.to_dict("records")],
+                "slo": {w: t for w, t in rep.slo_text.items() if t},
+                "trade_off": [_clean(r) for r in rep.trade_off.to_dict("records")],
                 "files": [str(p) for p in written],
             }
         )
@@ -103,6 +108,9 @@ def report(
     if fmt != "tsv":
         click.echo(f"{study_name} · {df.attrs.get('model')}  ({provenance(df)})")
     emit_table(summary_table(summary), fmt)
+    if not rep.trade_off.empty and fmt != "tsv":
+        click.echo("")
+        emit_table(front_table(rep.trade_off, rep.slo_text), fmt)
     if fmt != "tsv":
         for line in rep.verified:  # autotune verify
             click.echo(line)

@@ -142,6 +142,11 @@ class Measurement:
     num_accepted_tokens: int = 0
     accepted_per_pos: tuple[int, ...] = ()
     max_inflight: int = 0
+    request_latencies_ms: tuple[tuple[float | None, float | None], ...] = ()
+    """Per request, (TTFT, TPOT) in ms as ``vllm bench serve`` defines them for goodput (TPOT 0
+    for a one-token reply; both None for a request that produced nothing), so goodput can be
+    recomputed later for any SLO. Empty where the backend has no per-request data (a replayed
+    landscape, or a measurement stored before schema 4)."""
 
     @property
     def mean_acceptance_length(self) -> float | None:

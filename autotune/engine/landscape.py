@@ -4,9 +4,11 @@
 output_throughput_tok_s,mean_acceptance_length,acceptance_per_pos,engine_start_s,measure_s``
 
 ``method = none`` with ``num_speculative_tokens = 0`` is the baseline; ``acceptance_per_pos`` is
-a ``;``-separated list of a_i (empty for the baseline). An optional last column, ``params``, holds
+a ``;``-separated list of a_i (empty for the baseline). An optional column, ``params``, holds
 the config's knobs besides N (autotune.spec.knobs) as a JSON object; empty means none, and a file
-without the column names every config by (method, draft, N) alone.
+without the column names every config by (method, draft, N) alone. Optional columns
+``tpot_ms_p99``, ``ttft_ms_p99`` and ``itl_ms_p99`` carry the run's p99 latencies, so a replayed
+study can be searched and chosen under a latency SLO.
 """
 
 from __future__ import annotations
@@ -46,6 +48,10 @@ Config = tuple[str, str | None, int, str]
 """(method, draft, num_speculative_tokens, knobs as canonical JSON or ""): one engine config."""
 
 
+LATENCY_COLUMNS = ("tpot_ms_p99", "ttft_ms_p99", "itl_ms_p99")
+"""Optional: a recorded run's p99 latencies in ms."""
+
+
 @dataclass(frozen=True)
 class LandscapePoint:
     model: str
@@ -62,6 +68,10 @@ class LandscapePoint:
     measure_s: float
     params: tuple[tuple[str, Any], ...] = ()
     """The config's knobs besides N, sorted by name (empty: none)."""
+    tpot_ms_p99: float | None = None
+    ttft_ms_p99: float | None = None
+    itl_ms_p99: float | None = None
+    """Optional latency columns (None where the landscape has none)."""
 
     @property
     def config(self) -> Config:
@@ -153,6 +163,7 @@ def _parse(row: dict[str, str]) -> LandscapePoint:
         engine_start_s=_finite(row, "engine_start_s"),
         measure_s=_finite(row, "measure_s", positive=True),
         params=params,
+        **{c: _finite(row, c) for c in LATENCY_COLUMNS if (row.get(c) or "").strip()},
     )
 
 

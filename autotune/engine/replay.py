@@ -125,6 +125,9 @@ class ReplayEngine(Engine):
             num_accepted_tokens=sum(accepted),
             accepted_per_pos=accepted,
             max_inflight=concurrency,
+            tpot_ms_p99=p.tpot_ms_p99,
+            ttft_ms_p99=p.ttft_ms_p99,
+            itl_ms_p99=p.itl_ms_p99,
         )
 
     def stop(self) -> None:

@@ -82,3 +82,19 @@ def summarize(timings: Sequence[RequestTiming]) -> LatencySummary:
         itl_ms_p50=percentile_ms(itls, 50),
         itl_ms_p99=percentile_ms(itls, 99),
     )
+
+
+def request_latencies_ms(
+    timings: Sequence[RequestTiming],
+) -> tuple[tuple[float | None, float | None], ...]:
+    """Per request (TTFT, TPOT) in ms, as ``vllm bench serve`` judges goodput: TPOT is 0 for a
+    one-token reply, both are None for a request that streamed nothing (it did not complete)."""
+    out: list[tuple[float | None, float | None]] = []
+    for t in timings:
+        ttft = t.ttft_s
+        if ttft is None:
+            out.append((None, None))
+            continue
+        tpot = t.tpot_s
+        out.append((ttft * 1000.0, 0.0 if tpot is None else tpot * 1000.0))
+    return tuple(out)

@@ -31,7 +31,7 @@ from autotune.engine._base import (
 )
 from autotune.engine.counters import CounterDelta, CounterSnapshot, delta, read_snapshot
 from autotune.engine.platform import detect_platform
-from autotune.engine.stats import RequestTiming, summarize
+from autotune.engine.stats import RequestTiming, request_latencies_ms, summarize
 from autotune.errors import EngineError
 
 logger = logging.getLogger(__name__)
@@ -478,6 +478,7 @@ class VLLMEngine(Engine):
             num_accepted_tokens=run.counters.num_accepted_tokens,
             accepted_per_pos=run.counters.accepted_per_pos,
             max_inflight=run.max_inflight,
+            request_latencies_ms=request_latencies_ms(run.timings),
         )
 
     def _run_sync(

@@ -10,8 +10,10 @@ meets it, :class:`NoConfigMeetsSLO` names the closest config: the one whose wors
 ``value / limit`` ratio is smallest.
 
 :func:`pareto_front` gives, per level, the configs no other config beats on both median
-throughput and p99 TPOT: the trade-off the report plots. :func:`request_goodput` is vLLM's
-goodput (requests per second that met the SLO), for an engine run's per-request timings.
+throughput and p99 TPOT: the trade-off the report plots. :func:`good_requests` is vLLM's
+goodput count (requests that met the SLO), computed from the per-request (TTFT, TPOT) every
+measurement stores since schema 4, so goodput can be recomputed for any SLO later;
+:func:`choose_goodput` ranks a level by median goodput (``objective: goodput``).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from autotune.spec.methods import config_id
 from autotune.spec.slo import SLO
 
 if TYPE_CHECKING:
+    from autotune.engine._base import Measurement
     from autotune.engine.stats import RequestTiming
     from autotune.spec.study import StudySpec
     from autotune.store.records import MeasurementRecord as MeasuredRow
@@ -276,26 +279,100 @@ def choose_overall_slo(
     return choose_overall(kept, workload, concurrencies, tie_pct)
 
 
-def request_goodput(timings: Sequence[RequestTiming], duration_s: float, slo: SLO) -> float:
-    """Requests per second that met the SLO, by ``vllm bench serve``'s definition of goodput.
+def good_requests(latencies_ms: Sequence[tuple[float | None, float | None]], slo: SLO) -> int:
+    """How many requests met the SLO, by ``vllm bench serve``'s definition of goodput.
 
     vLLM (``benchmarks/serve.py``: ``calculate_metrics``) counts a completed request as good
     when each limited metric *of that request* is within its limit: TTFT, and TPOT as
     (e2e - TTFT) / (output tokens - 1), taken as 0 for a one-token reply. The SLO's p99 limits
     serve as those per-request limits; vLLM's goodput has no ITL term, so ``itl_p99_ms`` does not
-    enter. Requests that produced no chunk did not complete and are not good.
+    enter. Requests that produced no chunk (TTFT None) did not complete and are not good.
     """
-    if duration_s <= 0:
-        raise ValueError("duration_s must be positive")
     good = 0
-    for t in timings:
-        ttft, e2e = t.ttft_s, t.e2e_s
-        if ttft is None or e2e is None:
+    for ttft_ms, tpot_ms in latencies_ms:
+        if ttft_ms is None or tpot_ms is None:
             continue
-        tpot = (e2e - ttft) / (t.output_tokens - 1) if t.output_tokens > 1 else 0.0
-        if slo.ttft_p99_ms is not None and ttft * 1000.0 > slo.ttft_p99_ms:
+        if slo.ttft_p99_ms is not None and ttft_ms > slo.ttft_p99_ms:
             continue
-        if slo.tpot_p99_ms is not None and tpot * 1000.0 > slo.tpot_p99_ms:
+        if slo.tpot_p99_ms is not None and tpot_ms > slo.tpot_p99_ms:
             continue
         good += 1
-    return good / duration_s
+    return good
+
+
+def request_goodput(timings: Sequence[RequestTiming], duration_s: float, slo: SLO) -> float:
+    """Requests per second that met the SLO (:func:`good_requests`), for a run's timings."""
+    from autotune.engine.stats import request_latencies_ms
+
+    if duration_s <= 0:
+        raise ValueError("duration_s must be positive")
+    return good_requests(request_latencies_ms(timings), slo) / duration_s
+
+
+def measurement_goodput(m: Measurement, slo: SLO) -> float | None:
+    """A stored measurement's goodput in requests/s under ``slo``; None when it has no
+    per-request latencies (a replayed landscape, or stored before schema 4)."""
+    if not m.request_latencies_ms or m.measure_s <= 0:
+        return None
+    return good_requests(m.request_latencies_ms, slo) / m.measure_s
+
+
+def median_goodput(
+    rows: Sequence[MeasuredRow], workload: str, concurrency: int, slo: SLO
+) -> dict[str, float]:
+    """Per config (by :func:`config_id`), the median goodput over its repeats at one level of
+    the workload's latest prompt set; configs without per-request data are left out."""
+    digest = latest_digest(rows, workload)
+    values: dict[str, list[float]] = defaultdict(list)
+    for r in rows:
+        if (r.workload, r.concurrency, r.workload_digest) != (workload, concurrency, digest):
+            continue
+        g = measurement_goodput(r, slo)
+        if g is not None:
+            values[config_id(r.speculative_config)].append(g)
+    return {key: statistics.median(v) for key, v in values.items()}
+
+
+def choose_goodput(
+    rows: Sequence[MeasuredRow],
+    workload: str,
+    concurrency: int,
+    slo: SLO,
+    tie_pct: float = DEFAULT_TIE_PCT,
+) -> Choice | None:
+    """The choice at one level under ``objective: goodput``: configs ranked by median goodput
+    (requests/s meeting ``slo``) instead of throughput; ties (within ``tie_pct`` of the best
+    goodput) go to the smaller N, then to no draft model, as in :func:`choose`. Configs without
+    per-request data are not ranked. Raises :class:`NoConfigMeetsSLO` when no request of any
+    config met the SLO; None when nothing was measured here."""
+    under = choose_slo(rows, workload, concurrency, slo, tie_pct)
+    if under is None:
+        return None
+    good = median_goodput(rows, workload, concurrency, slo)
+    scored = [
+        (good[config_id(s.config.speculative_config)], s)
+        for s in under.scores
+        if config_id(s.config.speculative_config) in good
+    ]
+    top = max((g for g, _ in scored), default=0.0)
+    if top <= 0:
+        raise NoConfigMeetsSLO(under, workload, concurrency)
+    threshold = top * (1.0 - tie_pct / 100.0)
+    tied = sorted(
+        (s.config for g, s in scored if g >= threshold),
+        key=lambda c: (c.num_speculative_tokens, 0 if c.draft is None else 1),
+    )
+    rest = [s.config for g, s in sorted(scored, key=lambda x: -x[0]) if g < threshold]
+    ranked = tuple(tied + rest)
+    plain = under.plain
+    return Choice(
+        workload=plain.workload,
+        workload_digest=plain.workload_digest,
+        concurrency=plain.concurrency,
+        best=ranked[0],
+        runner_up=ranked[1] if len(ranked) > 1 else None,
+        baseline=plain.baseline,
+        tied=tuple(tied),
+        ranked=ranked,
+        screened=plain.screened,
+    )

@@ -246,3 +246,73 @@ def footnote(figs: Figures) -> str:
         "median over repeats; bars: min–max of repeats; ★ recommended; "
         f"hollow marker: noisy (spread > {figs.max_spread_pct:g}%)"
     )
+
+
+# --- throughput vs p99 TPOT (the latency trade-off) -------------------------------------------
+
+
+@dataclass(frozen=True)
+class TradeOffPoint:
+    """One config at one level: its median tok/s against its p99 TPOT."""
+
+    label: str
+    """Series label (the colour), or ``baseline``."""
+    config: str
+    """``ngram N=3``, ``off (no speculation)``."""
+    median_tok_s: float
+    tpot_ms_p99: float
+    meets_slo: bool
+    on_front: bool
+    recommended: bool
+
+
+@dataclass(frozen=True)
+class TradeOffPanel:
+    """Throughput vs p99 TPOT at one (workload, concurrency), with the Pareto front."""
+
+    workload: str
+    concurrency: int
+    points: list[TradeOffPoint]
+    tpot_limit_ms: float | None
+    """The study's p99 TPOT limit for the workload (None: it sets none)."""
+
+    @property
+    def title(self) -> str:
+        return f"{self.workload} · concurrency {self.concurrency}"
+
+    @property
+    def front(self) -> list[TradeOffPoint]:
+        """The front's points by rising p99 TPOT (the order a step line joins them)."""
+        return sorted((p for p in self.points if p.on_front), key=lambda p: p.tpot_ms_p99)
+
+
+def trade_off_panels(df: pd.DataFrame, trade: pd.DataFrame) -> list[TradeOffPanel]:
+    """The trade-off frame (:func:`autotune.report.tradeoff.trade_off_frame`) of ``df`` as one
+    panel per level, coloured like the other figures (configs without p99 TPOT left out)."""
+    from autotune.report.tradeoff import slo_of
+
+    data = latest_prompt_sets(df)
+    keys = sorted(k for k in data["speculative_config"].map(_series_key).unique() if k != "null")
+    key_label = _series_labels(keys)
+    panels = []
+    for (workload, concurrency), level in trade.groupby(["workload", "concurrency"], sort=True):
+        points = []
+        for r in level.to_dict("records"):
+            if r["tpot_ms_p99"] is None or pd.isna(r["tpot_ms_p99"]):
+                continue
+            key = _series_key(r["speculative_config"])
+            points.append(
+                TradeOffPoint(
+                    label="baseline" if key == "null" else key_label.get(key, key),
+                    config=str(r["config"]),
+                    median_tok_s=float(r["median_tok_s"]),
+                    tpot_ms_p99=float(r["tpot_ms_p99"]),
+                    meets_slo=bool(r["meets_slo"]),
+                    on_front=bool(r["on_front"]),
+                    recommended=bool(r["recommended"]),
+                )
+            )
+        if points:
+            limit = slo_of(df, str(workload)).tpot_p99_ms
+            panels.append(TradeOffPanel(str(workload), int(concurrency), points, limit))
+    return panels

@@ -104,15 +104,21 @@ def measurements_frame(store: Store, study: str) -> pd.DataFrame:
 
     record = store.get_study(study)
     try:
-        max_spread = ResolvedStudy.from_json(record.resolved_json).spec.measurement.max_spread_pct
+        spec = ResolvedStudy.from_json(record.resolved_json).spec
+        max_spread = spec.measurement.max_spread_pct
     except ValueError:  # a study stored by an older schema: fall back to the default
-        max_spread = DEFAULT_MAX_SPREAD_PCT
-    df = frame_from_records(store.measurements(study=study))
+        spec, max_spread = None, DEFAULT_MAX_SPREAD_PCT
+    records = store.measurements(study=study)
+    df = frame_from_records(records)
     df.attrs.update(
         study=record.name,
         model=record.model_alias or record.model,
         max_spread_pct=max_spread,
     )
+    if spec is not None and spec.slo is not None:
+        from autotune.report.tradeoff import add_goodput
+
+        df = add_goodput(df, records, spec)
     return df
 
 

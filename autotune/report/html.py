@@ -21,7 +21,14 @@ from typing import Any, Literal
 import pandas as pd
 
 from autotune.errors import NoResultError
-from autotune.report._figures import BASELINE_COLOR, Figures, build, footnote
+from autotune.report._figures import (
+    BASELINE_COLOR,
+    Figures,
+    TradeOffPanel,
+    build,
+    footnote,
+    trade_off_panels,
+)
 from autotune.report.frames import summary_frame
 from autotune.report.table import provenance
 
@@ -97,6 +104,7 @@ def write_html(df: pd.DataFrame, path: Path | str, renderer: Renderer = "auto") 
         sections = _plotly_sections(figs)
     else:
         sections = _image_sections(df, "png" if renderer == "matplotlib" else "svg")
+    sections += _trade_off_sections(df, figs, renderer)
     title = f"autotune report: {figs.title}"
     body = [
         f"<h1>{html.escape(title)}</h1>",
@@ -104,6 +112,7 @@ def write_html(df: pd.DataFrame, path: Path | str, renderer: Renderer = "auto") 
         '<h2 id="answer">What to deploy</h2>',
         # the model as vLLM takes it (the HF id), not the catalog alias the title uses
         _answer_html(summary, str(df["model"].iloc[0] if "model" in df else figs.title)),
+        _slo_answer_html(df),
         *sections,
         '<h2 id="all">Every config at every level</h2>',
         '<input id="filter" type="search" placeholder="filter: whole words, e.g. code 8 ngram">',
@@ -229,6 +238,234 @@ def _summary_html(summary: pd.DataFrame) -> str:
         f'<div class="scroll"><table class="summary"><thead><tr>{ths}</tr></thead><tbody>'
         + "".join(rows)
         + f'</tbody></table></div><p class="note">{html.escape(note)}</p>'
+    )
+
+
+# --- throughput vs p99 TPOT ------------------------------------------------------------------
+
+
+def _trade_off_sections(df: pd.DataFrame, figs: Figures, renderer: Renderer) -> list[str]:
+    """Per level, every config's throughput against its p99 TPOT with the Pareto front and the
+    study's TPOT limit, then the same numbers (with goodput and the SLO verdict) as a table;
+    nothing when the engine recorded no latencies (a replayed landscape)."""
+    from autotune.report.tradeoff import slo_of, trade_off_frame
+
+    trade = trade_off_frame(df)
+    panels = trade_off_panels(df, trade)
+    if not panels:
+        return []
+    limits = {w: slo_of(df, w).describe() for w in figs.workloads}
+    said = "; ".join(f"{w}: {t}" for w, t in limits.items() if t)
+    note = (
+        "median tok/s over repeats vs p99 TPOT (median of the repeats' p99); line: the Pareto "
+        "front (no config has both more tok/s and a lower p99 TPOT); ★ recommended"
+        + (f" under the study's SLO ({said}); hollow: misses it" if said else "")
+        + "; dashed: the p99 TPOT limit"
+    )
+    out = ['<h2 id="tradeoff">Throughput vs p99 TPOT</h2>']
+    if renderer == "plotly":
+        out.append(_plotly_trade_off(figs, panels))
+    else:
+        out.append(_mpl_trade_off(figs, panels, "png" if renderer == "matplotlib" else "svg"))
+    out.append(f'<p class="note">{html.escape(note)}</p>')
+    goodput = trade["goodput_req_s"].notna().any()
+    head = ["workload", "conc", "config", "tok/s", "p99 TPOT ms", "p99 TTFT ms", "p99 ITL ms"]
+    head += ["goodput req/s"] if goodput else []
+    head += ["SLO", "front"]
+    rows = []
+    for r in trade.sort_values(
+        ["workload", "concurrency", "median_tok_s"], ascending=[True, True, False]
+    ).to_dict("records"):
+        cells = [
+            r["workload"],
+            str(r["concurrency"]),
+            str(r["config"]) + (" ★" if r["recommended"] else ""),
+            f"{r['median_tok_s']:,.1f}",
+            *(_ms(r[m]) for m in ("tpot_ms_p99", "ttft_ms_p99", "itl_ms_p99")),
+        ]
+        if goodput:
+            cells.append(_ms(r["goodput_req_s"], ".2f"))
+        cells.append(
+            ("meets" if r["meets_slo"] else "misses") if limits.get(r["workload"]) else "-"
+        )
+        cells.append("front" if r["on_front"] else "")
+        css = ' class="recommended"' if r["recommended"] else ""
+        rows.append(
+            f"<tr{css}>"
+            + "".join(
+                f"<td{' class=t' if i in (0, 2) else ''}>{html.escape(c)}</td>"
+                for i, c in enumerate(cells)
+            )
+            + "</tr>"
+        )
+    out.append(
+        '<div class="scroll"><table class="tradeoff"><thead><tr>'
+        + "".join(
+            f"<th{' class=t' if i in (0, 2) else ''}>{html.escape(h)}</th>"
+            for i, h in enumerate(head)
+        )
+        + "</tr></thead><tbody>"
+        + "".join(rows)
+        + "</tbody></table></div>"
+    )
+    return out
+
+
+def _slo_answer_html(df: pd.DataFrame) -> str:
+    """Under the study's ``slo:``, what it changes in the answer above (which ranks by
+    throughput alone): per level, the config recommended under the SLO, or that none meets it."""
+    from autotune.report.tradeoff import slo_of, trade_off_frame
+
+    if not df.attrs.get("slo"):
+        return ""
+    trade = trade_off_frame(df)
+    parts = []
+    for (workload, concurrency), level in trade.groupby(["workload", "concurrency"], sort=True):
+        if not slo_of(df, str(workload)):
+            continue
+        best = level[level["recommended"]]
+        chosen = str(best["config"].iloc[0]) if not best.empty else "no config meets it"
+        parts.append(f"{workload} · {concurrency}: {chosen}")
+    if not parts:
+        return ""
+    said = "; ".join(
+        f"{w}: {slo_of(df, w).describe()}" for w in sorted(df.attrs["slo"]) if slo_of(df, w)
+    )
+    by = "goodput" if df.attrs.get("objective") == "goodput" else "throughput"
+    return (
+        f'<p class="slo-answer"><b>Under the study\'s SLO</b> ({html.escape(said)}, ranked by '
+        f"{by}): {html.escape('; '.join(parts))}</p>"
+    )
+
+
+def _ms(value: Any, fmt: str = ".1f") -> str:
+    return "-" if value is None or pd.isna(value) else format(float(value), fmt)
+
+
+def _point_color(figs: Figures, label: str) -> str:
+    return figs.color(label) if label in figs.labels else BASELINE_COLOR
+
+
+def _mpl_trade_off(figs: Figures, panels: list[TradeOffPanel], fmt: str) -> str:
+    """The panels as one matplotlib figure, inline SVG (or PNG)."""
+    from autotune.report.plots import _pyplot
+
+    plt = _pyplot()
+    cols = min(len(panels), 3)
+    rows = -(-len(panels) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.4 * rows), squeeze=False)
+    for ax in axes.flat[len(panels) :]:
+        ax.set_visible(False)
+    for ax, panel in zip(axes.flat, panels, strict=False):
+        front = panel.front
+        if len(front) > 1:
+            ax.step(
+                [p.tpot_ms_p99 for p in front],
+                [p.median_tok_s for p in front],
+                where="post",
+                color="#999999",
+                linewidth=1.2,
+                zorder=1,
+            )
+        for p in panel.points:
+            color = _point_color(figs, p.label)
+            ax.scatter(
+                [p.tpot_ms_p99],
+                [p.median_tok_s],
+                s=150 if p.recommended else 36,
+                marker="*" if p.recommended else "o",
+                facecolors=color if p.meets_slo else "none",
+                edgecolors=color,
+                zorder=3,
+            )
+            if p.on_front or p.recommended:
+                ax.annotate(
+                    p.config.replace(" (no speculation)", ""),
+                    (p.tpot_ms_p99, p.median_tok_s),
+                    textcoords="offset points",
+                    xytext=(4, 4),
+                    fontsize=7,
+                )
+        if panel.tpot_limit_ms is not None:
+            ax.axvline(panel.tpot_limit_ms, color="#d62728", linestyle="--", linewidth=1)
+        ax.set_title(panel.title, fontsize=9)
+        ax.set_xlabel("p99 TPOT (ms)", fontsize=8)
+        ax.set_ylabel("output tok/s", fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format=fmt, dpi=110, bbox_inches="tight", pad_inches=0.15)
+    plt.close(fig)
+    if fmt == "svg":
+        svg = buf.getvalue().decode("utf-8")
+        return f'<figure class="tradeoff">{svg[svg.index("<svg") :]}</figure>'
+    data = base64.b64encode(buf.getvalue()).decode("ascii")
+    return (
+        f'<figure class="tradeoff"><img alt="tradeoff" src="data:image/png;base64,{data}"></figure>'
+    )
+
+
+def _plotly_trade_off(figs: Figures, panels: list[TradeOffPanel]) -> str:
+    """The panels as interactive plotly subplots (plotly.js is already on the page)."""
+    import plotly.graph_objects as go
+    import plotly.io as pio
+    from plotly.subplots import make_subplots
+
+    cols = min(len(panels), 3)
+    rows = -(-len(panels) // cols)
+    fig = make_subplots(rows=rows, cols=cols, subplot_titles=[p.title for p in panels])
+    for i, panel in enumerate(panels):
+        row, col = i // cols + 1, i % cols + 1
+        front = panel.front
+        fig.add_trace(
+            go.Scatter(
+                x=[p.tpot_ms_p99 for p in front],
+                y=[p.median_tok_s for p in front],
+                mode="lines",
+                line={"shape": "hv", "color": "#999999"},
+                name="Pareto front",
+                showlegend=i == 0,
+            ),
+            row=row,
+            col=col,
+        )
+        for p in panel.points:
+            color = _point_color(figs, p.label)
+            fig.add_trace(
+                go.Scatter(
+                    x=[p.tpot_ms_p99],
+                    y=[p.median_tok_s],
+                    mode="markers",
+                    marker={
+                        "symbol": ("star" if p.recommended else "circle")
+                        + ("" if p.meets_slo else "-open"),
+                        "size": 14 if p.recommended else 8,
+                        "color": color,
+                    },
+                    name=p.config,
+                    hovertemplate=f"{html.escape(p.config)}<br>%{{y:,.1f}} tok/s<br>"
+                    "p99 TPOT %{x:.1f} ms<extra></extra>",
+                    showlegend=False,
+                ),
+                row=row,
+                col=col,
+            )
+        if panel.tpot_limit_ms is not None:
+            fig.add_vline(
+                x=panel.tpot_limit_ms, line_dash="dash", line_color="#d62728", row=row, col=col
+            )
+        fig.update_xaxes(title_text="p99 TPOT (ms)", row=row, col=col)
+        fig.update_yaxes(title_text="output tok/s", row=row, col=col)
+    fig.update_layout(height=320 * rows, width=None, autosize=True, margin={"t": 40})
+    return str(
+        pio.to_html(
+            fig,
+            full_html=False,
+            include_plotlyjs=False,
+            config={"responsive": True},
+            default_width="100%",
+        )
     )
 
 

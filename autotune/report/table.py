@@ -70,3 +70,54 @@ def provenance(df: pd.DataFrame) -> str:
         sorted(f"{n} ({a})" for n, a in df[["device_name", "device_arch"]].drop_duplicates().values)
     )
     return f"vLLM {versions} on {devices}; {len(df)} measurements"
+
+
+def front_table(trade_off: pd.DataFrame, slo_text: dict[str, str] | None = None) -> TextTable:
+    """Per level, the configs on the throughput-vs-p99-TPOT Pareto front (no other config has
+    both more tok/s and a lower p99 TPOT), fastest first, and the recommendation under the
+    study's SLO (★) where it is off the front; ``SLO`` says whether each meets the study's SLO
+    (``slo_text``: workload -> its limits, for the caption)."""
+    has_goodput = "goodput_req_s" in trade_off and trade_off["goodput_req_s"].notna().any()
+    columns = [
+        Column("workload", "id"),
+        Column("conc", "number"),
+        Column("config", "id"),
+        Column("tok/s", "number"),
+        Column("p99 TPOT ms", "number"),
+        Column("p99 TTFT ms", "number"),
+        Column("p99 ITL ms", "number"),
+    ]
+    if has_goodput:
+        columns.append(Column("goodput req/s", "number"))
+    columns.append(Column("SLO", "id"))
+    limits = "; ".join(f"{w}: {t}" for w, t in (slo_text or {}).items() if t)
+    table = TextTable(
+        columns,
+        caption=(
+            "Pareto front per level: throughput (median over repeats) vs p99 TPOT (median of "
+            "the repeats' p99); ★ recommended"
+            + (f" under the SLO ({limits})" if limits else "")
+            + ("; goodput: requests/s meeting the SLO (vLLM's definition)" if has_goodput else "")
+        ),
+        group=2,
+    )
+    shown = trade_off[trade_off["on_front"] | trade_off["recommended"]]
+    shown = shown.sort_values(["workload", "concurrency", "median_tok_s"], ascending=[1, 1, 0])
+    for r in shown.to_dict("records"):
+        cells: list[Any] = [
+            r["workload"],
+            r["concurrency"],
+            str(r["config"])
+            + (" ★" if r["recommended"] else "")
+            + ("" if r["on_front"] else " (off front)"),
+            _num(r["median_tok_s"], ",.1f"),
+            _num(r["tpot_ms_p99"], ".1f"),
+            _num(r["ttft_ms_p99"], ".1f"),
+            _num(r["itl_ms_p99"], ".1f"),
+        ]
+        if has_goodput:
+            cells.append(_num(r["goodput_req_s"], ".2f"))
+        judged = bool((slo_text or {}).get(r["workload"]))
+        cells.append(("meets" if r["meets_slo"] else "misses") if judged else "-")
+        table.add_row(*cells, style="bold" if r["recommended"] else None)
+    return table

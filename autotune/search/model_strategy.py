@@ -11,6 +11,16 @@ assumes t_step linear in N, which fails where verification turns from memory- to
 measured N with nothing but "t_step never falls as N grows, and is convex in N". Nothing is
 recommended from a prediction: the choosing rule (``autotune.recommend.choose``) picks from
 measured repeats.
+
+Under a latency SLO (the study's ``slo:``) a config can win a level only if it meets the SLO
+there, as ``autotune.recommend.slo.choose_slo`` decides: each level's measured best is the best
+among the configs whose measured p99s meet the SLO (a level where none does has no best yet, so
+anything could still win it), and an unmeasured config is not proposed for a level where even
+its upper-bound throughput cannot bring its p99 TPOT under the limit. In a closed loop each of
+the c streams gets throughput / c tokens per second, so TPOT scales with c / throughput; the
+smallest ratio of measured p99 TPOT to c / throughput among the level's measured configs turns
+an upper bound on throughput into a lower bound on p99 TPOT. TTFT and ITL limits have no such
+bound: they only decide which measured configs count.
 """
 
 from __future__ import annotations
@@ -26,6 +36,7 @@ from autotune.cluster.jobs import Cell
 from autotune.engine._base import EngineConfig, Measurement
 from autotune.perf import PerfModel, Point
 from autotune.recommend.choose import DEFAULT_TIE_PCT, latest_digest
+from autotune.recommend.slo import METRICS, study_slo
 from autotune.search.space import Option, SearchSpace
 from autotune.search.strategy import SearchState, noisy_cell, plan_cells
 from autotune.spec.loader import ResolvedStudy
@@ -207,9 +218,10 @@ class ModelStrategy:
             level's own where its repeats spread wider (one level can be noisier than the rest)."""
             nonlocal judged
             if judged is None:
-                cells = _cells(_current_rows(state.rows))
+                rows = _current_rows(state.rows)
+                cells = _cells(rows)
                 typical = self._noise(cells)
-                judged = self._incumbent(cells, typical)
+                judged = self._incumbent(cells, typical, rows)
                 for lv, points in _by_level(cells).items():
                     spreads = [p.spread / 2 for p in points if p.num_repeats > 1]
                     noise[lv] = max([typical, statistics.median(spreads)] if spreads else [typical])
@@ -285,9 +297,11 @@ class ModelStrategy:
         )
         if option is None or not levels:
             return frozenset()
-        cells = _cells(_current_rows(state.rows))
+        rows = _current_rows(state.rows)
+        cells = _cells(rows)
         noise = self._noise(cells)
-        incumbent = self._incumbent(cells, noise)
+        incumbent = self._incumbent(cells, noise, rows)
+        ratios = _tpot_ratios(rows)
         mine = {
             n: cells.get(config_id(state.space.config(option, n).speculative_config()), {})
             for n in option.n_values
@@ -299,6 +313,8 @@ class ModelStrategy:
             pred = self._fit(option, mine, base_cells, w, noise).predict(
                 option.method, config.num_speculative_tokens, c
             )
+            if pred.known and self._cannot_meet((w, c), pred.high * (1 + noise), ratios, noise):
+                continue
             if inc is None or not pred.known or pred.high * (1 + noise) >= inc:
                 out.add((w, c))
         return frozenset(out)
@@ -350,7 +366,8 @@ class ModelStrategy:
         noise = self._noise(cells)
         levels = sorted({(r.workload, r.concurrency) for r in rows})
         workloads = sorted({w for w, _ in levels})
-        incumbent = self._incumbent(cells, noise)
+        incumbent = self._incumbent(cells, noise, rows)
+        ratios = _tpot_ratios(rows)
         baseline = space.baseline()
         base_cells = cells.get(config_id(None), {}) if baseline is not None else {}
         fitted = []
@@ -382,17 +399,29 @@ class ModelStrategy:
             # (and any knee) is a prior: its range is widened by prior_slack.
             slack = 1.0 + (self.prior_slack if sum(bool(c) for c in mine.values()) < 2 else 0.0)
             for n in open_n:
-                cand = self._by_model(configs[n], option, n, levels, models, incumbent, slack)
+                cand = self._by_model(
+                    configs[n], option, n, levels, models, incumbent, slack, ratios=ratios
+                )
                 if cand is not None:
                     found[cand.config.key()] = cand
             for level in levels:
-                near = self._neighbors(option, mine, base_cells, level, incumbent, models, noise)
+                near = self._neighbors(
+                    option, mine, base_cells, level, incumbent, models, noise, ratios
+                )
                 for n in near:
                     if n not in open_n:
                         continue
                     key = configs[n].key()
                     cand = found.get(key) or self._by_model(
-                        configs[n], option, n, levels, models, incumbent, slack, force=True
+                        configs[n],
+                        option,
+                        n,
+                        levels,
+                        models,
+                        incumbent,
+                        slack,
+                        force=True,
+                        ratios=ratios,
                     )
                     assert cand is not None
                     found[key] = dataclasses.replace(cand, levels=cand.levels | {level})
@@ -413,14 +442,18 @@ class ModelStrategy:
         incumbent: Mapping[Level, float],
         slack: float = 1.0,
         force: bool = False,
+        ratios: Mapping[Level, float] | None = None,
     ) -> Candidate | None:
-        """A candidate when the model's upper bound beats some level's best (or ``force``)."""
+        """A candidate when the model's upper bound beats some level's best (or ``force``);
+        levels where the bound cannot meet the SLO's p99 TPOT are not counted."""
         best_gain, best_upside, where = -math.inf, -math.inf, None
         winning: set[Level] = set()
         for level in levels:
             w, c = level
             inc = incumbent.get(level)
             pred = models[w].predict(option.method, n, c)
+            if pred.known and self._cannot_meet(level, pred.high * slack, ratios or {}, 0.0):
+                continue  # even at its upper bound its p99 TPOT misses the SLO here
             if inc is None or not pred.known:
                 # Nothing to compare with, or nothing to predict from: only a run can tell.
                 winning.add(level)
@@ -444,14 +477,58 @@ class ModelStrategy:
         )
 
     def _incumbent(
-        self, cells: Mapping[str, Mapping[Level, Point]], noise: float
+        self,
+        cells: Mapping[str, Mapping[Level, Point]],
+        noise: float,
+        rows: Sequence[MeasurementRecord] = (),
     ) -> dict[Level, float]:
         """Each level's measured best, taken at the low end of its noise band: the highest of
-        several noisy medians overstates the truth, and pruning against it would be too eager."""
-        return {
-            level: max(p.output_throughput_tok_s / (1 + max(p.spread / 2, noise)) for p in points)
-            for level, points in _by_level(cells).items()
-        }
+        several noisy medians overstates the truth, and pruning against it would be too eager.
+        Under an SLO only configs whose measured p99s (``rows``) meet it count: a level where
+        none does has no best yet."""
+        meeting = self._meeting(rows) if self.study.spec.slo is not None else None
+        out: dict[Level, float] = {}
+        for key, per_level in cells.items():
+            for level, p in per_level.items():
+                if meeting is not None and key not in meeting.get(level, ()):
+                    continue
+                value = p.output_throughput_tok_s / (1 + max(p.spread / 2, noise))
+                out[level] = max(out.get(level, 0.0), value)
+        return out
+
+    def _meeting(self, rows: Sequence[MeasurementRecord]) -> dict[Level, set[str]]:
+        """Per level, the configs whose p99 latencies (median over repeats) meet the study's
+        SLO there, judged as :func:`autotune.recommend.slo.choose_slo` judges them."""
+        values: dict[tuple[str, Level], dict[str, list[float]]] = defaultdict(
+            lambda: defaultdict(list)
+        )
+        for r in rows:
+            by = values[(config_id(r.speculative_config), (r.workload, r.concurrency))]
+            for metric in METRICS:
+                v = getattr(r, metric)
+                if v is not None:
+                    by[metric].append(float(v))
+        out: dict[Level, set[str]] = defaultdict(set)
+        for (key, level), by in values.items():
+            limits = study_slo(self.study.spec, level[0]).limits()
+            if all(by.get(m) and statistics.median(by[m]) <= lim for m, lim in limits.items()):
+                out[level].add(key)
+        return out
+
+    def _cannot_meet(
+        self, level: Level, high_tok_s: float, ratios: Mapping[Level, float], noise: float
+    ) -> bool:
+        """Whether a config whose throughput at ``level`` is at most ``high_tok_s`` must miss
+        the SLO's p99 TPOT there: its p99 TPOT is at least the level's smallest measured ratio
+        of p99 TPOT to c / throughput times c / ``high_tok_s`` (see the module docstring)."""
+        if self.study.spec.slo is None or high_tok_s <= 0:
+            return False
+        limit = study_slo(self.study.spec, level[0]).tpot_p99_ms
+        ratio = ratios.get(level)
+        if limit is None or ratio is None:
+            return False
+        floor_ms = ratio * level[1] * 1000.0 / high_tok_s
+        return floor_ms > limit * (1 + noise)
 
     def _neighbors(
         self,
@@ -462,9 +539,11 @@ class ModelStrategy:
         incumbent: Mapping[Level, float],
         models: Mapping[str, PerfModel],
         noise: float,
+        ratios: Mapping[Level, float] | None = None,
     ) -> list[int]:
         """The unmeasured N next to the option's best measured N at ``level`` that could beat the
-        level's best under the convexity guard (no linearity assumed)."""
+        level's best under the convexity guard (no linearity assumed), and could meet the SLO's
+        p99 TPOT at that bound."""
         at = {n: cells[level] for n, cells in mine.items() if level in cells}
         inc = incumbent.get(level)
         if not at or inc is None:
@@ -481,6 +560,8 @@ class ModelStrategy:
             floor = _step_floor(n, runs, base)
             accepted = _max_accepted(option.method, curve, n)
             high = c * (1 + accepted) / floor if floor > 0 else math.inf
+            if math.isfinite(high) and self._cannot_meet(level, high, ratios or {}, noise):
+                continue
             if high > inc * (1 + self.margin_pct / 100):
                 out.append(n)
         return out
@@ -564,6 +645,21 @@ def _max_accepted(method: str, curve: Sequence[float], n: int) -> float:
         return float(n)
     head = float(sum(curve[:n]))
     return head + max(n - len(curve), 0) * float(curve[-1])
+
+
+def _tpot_ratios(rows: Sequence[MeasurementRecord]) -> dict[Level, float]:
+    """Per level, the smallest ratio over measured configs of their p99 TPOT (median over
+    repeats) to c / throughput (median), the mean time per token of one of c streams."""
+    groups: dict[tuple[str, Level], list[MeasurementRecord]] = defaultdict(list)
+    for r in rows:
+        if r.tpot_ms_p99 is not None and r.output_throughput_tok_s > 0:
+            groups[(config_id(r.speculative_config), (r.workload, r.concurrency))].append(r)
+    out: dict[Level, float] = {}
+    for (_, level), group in groups.items():
+        tpot = statistics.median(float(r.tpot_ms_p99 or 0.0) for r in group)
+        stream_ms = level[1] * 1000.0 / statistics.median(r.output_throughput_tok_s for r in group)
+        out[level] = min(out.get(level, math.inf), tpot / stream_ms)
+    return out
 
 
 def _levels_of(study: ResolvedStudy) -> frozenset[Level]:

@@ -8,11 +8,13 @@ so ``optuna-dashboard`` shows the study and Optuna's samplers learn from every t
 
 from __future__ import annotations
 
+import functools
+import math
 import statistics
 import warnings
 from collections import defaultdict
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from autotune.cluster.jobs import Cell
 from autotune.engine._base import EngineConfig, Measurement
@@ -20,11 +22,59 @@ from autotune.search.space import SearchSpace
 from autotune.search.strategy import SearchState, Strategy, noisy_cell, plan_cells
 from autotune.store import MeasurementRecord
 
+if TYPE_CHECKING:
+    from autotune.spec.study import StudySpec
+
 SAMPLERS = ("model", "grid", "random", "tpe", "gp")
 
 METRIC = "output_throughput_tok_s_geomean"
 """The Optuna objective: geometric mean over the measured (workload, concurrency) levels of the
 median output throughput (see :func:`autotune.search.tuner.objective_value`)."""
+
+GOODPUT_METRIC = "goodput_req_s_geomean"
+"""The Optuna objective under ``objective: goodput`` (see :func:`goodput_value`)."""
+
+
+def metric_name(spec: StudySpec) -> str:
+    """The name of the study's objective in its Optuna study."""
+    return GOODPUT_METRIC if spec.objective == "goodput" else METRIC
+
+
+def objective_unit(spec: StudySpec) -> str:
+    """The unit of the study's trial value, as progress lines print it."""
+    return "good req/s" if spec.objective == "goodput" else "tok/s"
+
+
+def study_objective(
+    spec: StudySpec,
+) -> Callable[[Sequence[Measurement | MeasurementRecord]], float]:
+    """The trial value the study's ``objective`` selects, over one config's measurements."""
+    if spec.objective == "goodput":
+        return functools.partial(goodput_value, spec=spec)
+    from autotune.search.tuner import objective_value
+
+    return objective_value
+
+
+def goodput_value(
+    measurements: Sequence[Measurement | MeasurementRecord], spec: StudySpec
+) -> float:
+    """Geometric mean over the measured (workload, concurrency) levels of the median goodput
+    (requests/s that met the workload's SLO, vLLM's definition:
+    :func:`autotune.recommend.slo.good_requests`). A level where no request met the SLO makes
+    the value 0: under an SLO a config that fails somewhere measured is not a candidate there.
+    Measurements without per-request latencies (stored before schema 4) do not count."""
+    from autotune.recommend.slo import measurement_goodput, study_slo
+
+    cells: dict[tuple[str, int], list[float]] = defaultdict(list)
+    for m in measurements:
+        g = measurement_goodput(m, study_slo(spec, m.workload))
+        if g is not None:
+            cells[(m.workload, m.concurrency)].append(g)
+    medians = [statistics.median(v) for v in cells.values()]
+    if not medians or any(v <= 0 for v in medians):
+        return 0.0
+    return math.exp(sum(math.log(v) for v in medians) / len(medians))
 
 
 def make_sampler(name: str, seed: int) -> Any:
@@ -74,7 +124,14 @@ def _grid_sampler(seed: int) -> Any:
 class OptunaMirror:
     """The study's Optuna study (``autotune:NAME`` in the same database)."""
 
-    def __init__(self, storage: Any, study_name: str, space: SearchSpace, sampler: Any) -> None:
+    def __init__(
+        self,
+        storage: Any,
+        study_name: str,
+        space: SearchSpace,
+        sampler: Any,
+        metric: str = METRIC,
+    ) -> None:
         """``storage``: Optuna's storage on the study store (``Store.optuna_storage()``). A
         dead driver's RUNNING trials were failed by ``autotune.api.run_study`` under the
         study's lease."""
@@ -92,7 +149,7 @@ class OptunaMirror:
         )
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            self.study.set_metric_names([METRIC])
+            self.study.set_metric_names([metric])
         self._asked: dict[str, Any] = {}
         """Config key -> the running Optuna trial a sampler proposed it in."""
 

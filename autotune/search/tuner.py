@@ -37,6 +37,9 @@ from autotune.search.samplers import (
     level_medians,
     make_sampler,
     make_strategy,
+    metric_name,
+    objective_unit,
+    study_objective,
 )
 from autotune.search.space import SearchSpace
 from autotune.search.strategy import SearchState, Strategy, plan_cells
@@ -155,8 +158,12 @@ class Tuner:
         self.record = study
         self.study = ResolvedStudy.from_json(study.resolved_json)
         self.space = SearchSpace(self.study)
+        self._objective = study_objective(self.study.spec)
         self.pool_factory = pool_factory
         self.reporter = reporter or SilentReporter()
+        self._unit = objective_unit(self.study.spec)
+        if hasattr(self.reporter, "unit"):  # the CLI's reporters print the trial value
+            self.reporter.unit = self._unit
         self._prepare = prepare_workload
         self.strategy = strategy
         self.summary = RunSummary()
@@ -216,6 +223,7 @@ class Tuner:
             self.record.optuna_study_name,
             self.space,
             make_sampler(spec.sampler, spec.seed),
+            metric_name(spec),
         )
         rows: dict[int, list[MeasurementRecord]] = defaultdict(list)
         for r in self.store.measurements(study=self.record.name):
@@ -225,7 +233,7 @@ class Tuner:
                 continue
             self.started += 1
             self.engine_seconds += t.engine_seconds or 0.0
-            self.done[t.config_key] = objective_value(rows[t.id]) if t.state == "complete" else None
+            self.done[t.config_key] = self._objective(rows[t.id]) if t.state == "complete" else None
             if len(level_medians(rows[t.id])) == self._num_levels:
                 self.everywhere.add(t.config_key)
         return self.strategy or make_strategy(spec.sampler, self.study, self.mirror)
@@ -279,7 +287,7 @@ class Tuner:
         seconds = run.engine_seconds
         self.engine_seconds += seconds
         self.summary.engine_seconds += seconds
-        value = None if reason is not None else objective_value(run.measurements)
+        value = None if reason is not None else self._objective(run.measurements)
         self.store.finish_trial(
             run.trial_id,
             state="failed" if reason is not None else "complete",
@@ -328,7 +336,8 @@ class Tuner:
             return None
         value, key = max(scored)
         label = next((c.label() for c in self.space.configs() if c.key() == key), key)
-        return f"{label} ({value:,.0f} tok/s)"
+        shown = f"{value:,.0f}" if self._unit == "tok/s" else f"{value:,.2f}"  # req/s are small
+        return f"{label} ({shown} {self._unit})"
 
     def _budget_hit(self, max_configs: int | None) -> tuple[str, str]:
         """(why the run stops, the study's status), or ("", "") while within budget."""

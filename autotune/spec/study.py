@@ -212,7 +212,7 @@ class MeasurementSpec(StrictModel):
 
 
 Sampler = Literal["model", "grid", "random", "tpe", "gp"]
-Objective = Literal["output_throughput"]
+Objective = Literal["output_throughput", "goodput"]
 
 
 class StudySpec(StrictModel):
@@ -244,8 +244,11 @@ class StudySpec(StrictModel):
     repeats: Int = Field(3, ge=1, le=20, description="Repeats per measurement (spread is stored).")
     objective: Objective = Field(
         "output_throughput",
-        description="What a trial scores: the geometric mean of output tokens/s over "
-        "(workload, concurrency), so every cell counts by its relative change.",
+        description="What a trial scores: 'output_throughput' (default), the geometric mean of "
+        "output tokens/s over (workload, concurrency), so every cell counts by its relative "
+        "change; 'goodput', the geometric mean of requests/s that met the `slo:` limits on "
+        "TTFT and TPOT (vLLM bench serve's goodput), which then also ranks `recommend`. "
+        "goodput needs an `slo:` with tpot_p99_ms or ttft_p99_ms and a vLLM engine.",
     )
     slo: SLOSpec | None = Field(
         None,
@@ -304,4 +307,26 @@ class StudySpec(StrictModel):
         unknown = sorted(set(self.slo.workloads) - set(self.workloads)) if self.slo else []
         if unknown:
             raise ValueError(f"slo.workloads: {unknown[0]!r} is not one of the study's workloads")
+        return self
+
+    @model_validator(mode="after")
+    def _goodput_needs_slo(self) -> StudySpec:
+        if self.objective != "goodput":
+            return self
+        # vLLM's goodput judges each request's TTFT and TPOT; an ITL limit alone says nothing.
+        judged = self.slo is not None and all(
+            self.slo.for_workload(w).tpot_p99_ms is not None
+            or self.slo.for_workload(w).ttft_p99_ms is not None
+            for w in self.workloads
+        )
+        if not judged:
+            raise ValueError(
+                "objective: goodput needs an slo: block with tpot_p99_ms or ttft_p99_ms "
+                "for every workload"
+            )
+        if self.engine.kind == "replay":
+            raise ValueError(
+                "objective: goodput needs per-request latencies, which a replayed landscape "
+                "does not record; use objective: output_throughput with an slo:"
+            )
         return self

@@ -16,7 +16,7 @@ from sqlalchemy import Connection, insert, inspect, select, text, update
 from autotune.errors import StoreError
 from autotune.store.tables import Base, MetaRow
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 Migration = Callable[[Connection], None]
 
@@ -36,7 +36,17 @@ def _v3_engine_placement(conn: Connection) -> None:
         add_column(conn, "autotune_measurements", ddl)
 
 
-MIGRATIONS: dict[int, Migration] = {2: _add_leases, 3: _v3_engine_placement}
+def _v4_request_latencies(conn: Connection) -> None:
+    """4: per-request (TTFT, TPOT) of each measurement, for goodput under any SLO (rows stored
+    before stay NULL: their goodput is unknown, never guessed)."""
+    add_column(conn, "autotune_measurements", "request_latencies_ms JSON")
+
+
+MIGRATIONS: dict[int, Migration] = {
+    2: _add_leases,
+    3: _v3_engine_placement,
+    4: _v4_request_latencies,
+}
 """Step functions by the version they produce (2, 3, ...)."""
 
 

@@ -846,12 +846,14 @@ def observed(m: Measurement) -> dict[str, Any]:
     """A measurement's fields as column values (one list of them: :class:`Measurement`)."""
     values = {f.name: getattr(m, f.name) for f in fields(Measurement)}
     values["accepted_per_pos"] = list(m.accepted_per_pos)
+    values["request_latencies_ms"] = [list(r) for r in m.request_latencies_ms] or None
     return values
 
 
 def _measurement_record(m: MeasurementRow, t: TrialRow, st: StudyRow) -> MeasurementRecord:
     values = {f.name: getattr(m, f.name) for f in fields(Measurement)}
     values["accepted_per_pos"] = tuple(m.accepted_per_pos or ())
+    values["request_latencies_ms"] = tuple((r[0], r[1]) for r in (m.request_latencies_ms or ()))
     return MeasurementRecord(
         **values,
         id=m.id,

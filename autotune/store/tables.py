@@ -118,6 +118,8 @@ class MeasurementRow(Base):
     accepted_per_pos: Mapped[list[int]] = mapped_column(JSON, default=list)
     mean_acceptance_length: Mapped[float | None] = mapped_column(Float)
     max_inflight: Mapped[int] = mapped_column(Integer, default=0)
+    # Per request [TTFT ms, TPOT ms] (schema 4), so goodput can be recomputed for any SLO.
+    request_latencies_ms: Mapped[list[list[float | None]] | None] = mapped_column(JSON)
     # Provenance: enough to tell whether two numbers may be compared.
     vllm_version: Mapped[str] = mapped_column(String(64))
     device_name: Mapped[str] = mapped_column(String(256))

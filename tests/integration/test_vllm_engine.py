@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from autotune.engine._base import EngineConfig, MeasureSettings, PreparedWorkload, Prompt
@@ -158,6 +159,13 @@ def test_baseline_has_no_spec_counters(tiny_llama: Path) -> None:
             (m.itl_ms_p50, m.itl_ms_p99),
         ]:
             assert p50 is not None and p99 is not None and 0 < p50 <= p99
+        # Per request (TTFT, TPOT), kept so goodput can be recomputed: they are the very
+        # values the run's percentiles were taken over.
+        assert len(m.request_latencies_ms) == m.num_requests
+        ttfts = [t for t, _ in m.request_latencies_ms if t is not None]
+        tpots = [t for _, t in m.request_latencies_ms if t is not None]
+        assert m.ttft_ms_p99 == pytest.approx(float(np.percentile(ttfts, 99)))
+        assert m.tpot_ms_p99 == pytest.approx(float(np.percentile(tpots, 99)))
 
         # A run that cannot finish in time is an EngineError; the engine stays usable.
         long = _workload("long", texts, max_tokens=1000, chat_template=True)

@@ -112,3 +112,89 @@ def test_answer_on_first_screen_and_figures_resize(report):
     assert all(w <= narrow["width"] for _, _, w in narrow["figures"])
     assert narrow["scroll"] <= narrow["width"]
     assert narrow["figures"][0][2] < wide["figures"][0][2]  # figures follow the window
+
+
+# --- the latency trade-off: the real CPU sweep with its p99s (tests/data/tiny-cpu-slo.csv) ---
+
+TRADE_PROBE = """<pre id="probe"></pre><script>
+const box = (el) => { const r = el.getBoundingClientRect(); return [r.top, r.bottom, r.width]; };
+document.getElementById('probe').textContent = JSON.stringify({
+  width: window.innerWidth, scroll: document.documentElement.scrollWidth,
+  figure: box(document.querySelector('figure.tradeoff svg')),
+  slo: document.querySelector('p.slo-answer').textContent,
+  rows: Array.from(document.querySelectorAll('table.tradeoff tbody tr')).map(
+    r => Array.from(r.cells).map(c => c.textContent)),
+});
+</script></body>"""
+
+
+@pytest.fixture(scope="module")
+def slo_report(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, object]:
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_slo import _load_recording
+
+    tmp = tmp_path_factory.mktemp("slo-html")
+    _load_recording(tmp / "slo.db", {"itl_p99_ms": 20, "tpot_p99_ms": 12})
+    df = measurements_frame(Store(str(tmp / "slo.db")), "slo-sweep")
+    return write_html(df, tmp / "report.html"), df
+
+
+def test_the_trade_off_figure_is_inline_svg_with_front_and_slo_line(slo_report):
+    page, _ = slo_report
+    text = page.read_text()
+    assert text.count('<figure class="tradeoff"><svg') == 1
+    assert "Throughput vs p99 TPOT" in text and "the p99 TPOT limit" in text
+    assert not re.search(r"""(src|href)=["']?(https?:)?//""", text)
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed (apt-get install chromium)")
+def test_trade_off_in_the_browser_matches_choosing_under_the_slo(slo_report):
+    """Every config of every level is in the trade-off table, the ★ rows are what
+    ``choose_slo`` picks, the front rows are ``pareto_front``'s, and the figure follows the
+    window."""
+    from autotune.recommend.slo import choose_slo, pareto_front
+    from autotune.spec.slo import SLO
+
+    page, _ = slo_report
+    probed = page.with_name("probe-trade.html")
+    probed.write_text(page.read_text().replace("</body>", TRADE_PROBE, 1))
+    shown = _open_probe(probed, 1280)
+    store_rows = Store(str(page.with_name("slo.db"))).measurements(study="slo-sweep")
+    slo = SLO(itl_p99_ms=20, tpot_p99_ms=12)
+    expected_best, expected_front, count = set(), set(), 0
+    for level in (1, 8):
+        choice = choose_slo(store_rows, "code", level, slo)
+        assert choice is not None and choice.best is not None
+        count += len(choice.scores)
+        expected_best.add((str(level), choice.best.config.label()))
+        expected_front |= {(str(level), s.config.label()) for s in pareto_front(choice.scores)}
+    rows = shown["rows"]
+    assert len(rows) == count
+    assert {(r[1], r[2].removesuffix(" ★")) for r in rows if r[2].endswith("★")} == expected_best
+    assert {(r[1], r[2].removesuffix(" ★")) for r in rows if r[-1] == "front"} == expected_front
+    assert "code · 8: off (no speculation)" in shown["slo"]
+    assert shown["figure"][2] > 300 and shown["scroll"] <= shown["width"]
+    narrow = _open_probe(probed, 800)
+    assert narrow["figure"][2] < shown["figure"][2] and narrow["scroll"] <= narrow["width"]
+
+
+def _open_probe(probed: Path, width: int) -> dict:
+    out = subprocess.run(
+        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+         f"--window-size={width},900", "--dump-dom", probed.as_uri()],
+        capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    m = re.search(r'<pre id="probe">(.*?)</pre>', out.stdout, re.S)
+    assert m, out.stderr[-2000:]
+    return json.loads(m.group(1).replace("&quot;", '"').replace("&amp;", "&"))
+
+
+def test_the_trade_off_with_plotly_is_interactive_and_offline(slo_report, tmp_path: Path):
+    pytest.importorskip("plotly")
+    _, df = slo_report
+    text = write_html(df, tmp_path / "p.html", renderer="plotly").read_text()
+    assert text.count('"name":"Pareto front"') == 2  # one front per level (concurrency 1, 8)
+    assert 'class="tradeoff"' in text and "p99 TPOT (ms)" in text
+    assert "<script src" not in text  # plotly.js is inlined once: the page works offline

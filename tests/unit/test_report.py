@@ -378,3 +378,51 @@ def test_report_of_a_study_not_run_yet(tmp_path: Path):
     assert measurements_frame(store, "empty").empty
     code, _, err = run_cli(tmp_path / "e.db", "report", "empty")
     assert code == 1 and "no measurements yet" in err
+
+
+# --- the latency trade-off: the real CPU sweep with its p99s (tests/data/tiny-cpu-slo.csv) ---
+
+
+@pytest.fixture(scope="module")
+def slo_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_slo import _load_recording
+
+    db = tmp_path_factory.mktemp("slo") / "slo.db"
+    _load_recording(db, {"itl_p99_ms": 20})
+    return db
+
+
+def test_the_report_prints_each_levels_pareto_front_and_the_slo_choice(slo_db: Path):
+    """Under `itl_p99_ms: 20` the recording's fastest config at 8 in flight (n-gram N=3) misses
+    the SLO: the front lists it, the ★ goes to no speculation, as `recommend` chooses."""
+    from autotune.recommend.slo import choose_slo, pareto_front
+    from autotune.spec.slo import SLO
+
+    code, out, err = run_cli(slo_db, "report", "slo-sweep", "--format", "table")
+    assert code == 0, err
+    front = out[out.index("p99 TPOT ms") :]
+    assert "off (no speculation) ★" in front and "under the SLO (code: p99 ITL <= 20 ms)" in front
+    records = Store(str(slo_db)).measurements(study="slo-sweep")
+    for level in (1, 8):
+        choice = choose_slo(records, "code", level, SLO(itl_p99_ms=20))
+        assert choice is not None and choice.best is not None
+        for s in pareto_front(choice.scores):
+            assert s.config.label() in front  # every front config is listed
+    code, out, _ = run_cli(slo_db, "report", "slo-sweep", "--json")
+    data = json.loads(out)
+    assert data["slo"] == {"code": "p99 ITL <= 20 ms"}
+    at8 = [r for r in data["trade_off"] if r["concurrency"] == 8]
+    assert {r["config"] for r in at8 if r["recommended"]} == {"off (no speculation)"}
+    assert {r["config"] for r in at8 if r["on_front"]} >= {"ngram N=3"}
+    assert all(r["meets_slo"] == (r["itl_ms_p99"] <= 20) for r in data["trade_off"])
+
+
+def test_a_replayed_study_has_no_trade_off(filled):
+    _, db = filled
+    code, out, _ = run_cli(db, "report", STUDY, "--json")
+    assert code == 0 and json.loads(out)["trade_off"] == []
+    code, out, _ = run_cli(db, "report", STUDY)
+    assert "p99 TPOT" not in out

@@ -304,11 +304,13 @@ def test_request_goodput_matches_vllm_bench_serve() -> None:
         assert ours == pytest.approx(metrics.request_goodput)
 
 
-def _load_recording(store_path: Path) -> None:
+def _load_recording(store_path: Path, slo: dict[str, Any] | None = None) -> None:
     """The recorded sweep as a finished study in a real store, trial by trial, as the tuner
-    writes it (the replay engine records no latencies, so it cannot stand in here)."""
+    writes it (the replay engine records no latencies, so it cannot stand in here); ``slo``:
+    the study's ``slo:`` block."""
     from autotune import api
     from autotune.engine._base import EngineConfig, EngineInfo, Measurement
+    from autotune.search.bench import study_from_landscape
     from autotune.store import Store
 
     df = pd.read_csv(DATA, comment="#", dtype=str, keep_default_na=False)
@@ -319,7 +321,10 @@ def _load_recording(store_path: Path) -> None:
         "measure_s\norg/tiny,code,none,,0,1,0,1,,,1,1\norg/tiny,code,ngram,,1,1,0,1,1.5,0.5,1,1\n"
     )
     store = Store(str(store_path))
-    record = api.create_replay_study(store, landscape, "slo-sweep").study
+    data = study_from_landscape(landscape, "slo-sweep")
+    if slo is not None:
+        data["slo"] = slo
+    record = api.create_study(store, data=data, source=str(landscape)).study
     for _, trial in df.groupby("trial_id", sort=False):
         first = trial.iloc[0]
         spec = json.loads(first.speculative_config)
@@ -388,3 +393,252 @@ def test_recommend_under_an_slo_from_the_command_line(autotune, db_path: Path) -
         "recommend", "--model", "gemma4", "--workload", "code", "--slo-itl-p99", "20"
     )
     assert unmeasured.exit_code == 1
+
+
+# --- goodput as the objective ---------------------------------------------------------------
+
+
+def _timings(seed: int, n: int = 40) -> list[Any]:
+    import random
+
+    from autotune.engine.stats import RequestTiming
+
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        sent = i * 0.05
+        first = sent + rng.uniform(0.01, 0.4)
+        chunks = [first]
+        for _ in range(rng.choice([0, 1, 5, 20])):
+            chunks.append(chunks[-1] + rng.uniform(0.001, 0.03))
+        out.append(RequestTiming(sent, tuple(chunks), output_tokens=len(chunks) * 2 - 1))
+    out.append(RequestTiming(2.0, (), output_tokens=0))  # streamed nothing: never good
+    return out
+
+
+def test_goodput_from_the_stored_pairs_is_goodput_from_the_timings() -> None:
+    """What a measurement stores per request (schema 4) recomputes vLLM's goodput for any SLO
+    later, exactly as from the run's timings."""
+    from autotune.engine._base import Measurement
+    from autotune.engine.stats import request_latencies_ms
+    from autotune.recommend.slo import measurement_goodput, request_goodput
+
+    timings = _timings(3)
+    pairs = request_latencies_ms(timings)
+    assert pairs[-1] == (None, None)
+    one_token = [p for t, p in zip(timings, pairs, strict=True) if t.output_tokens == 1]
+    assert one_token and all(p[1] == 0.0 for p in one_token)  # vLLM: TPOT 0 for one token
+    m = Measurement(
+        workload="code",
+        workload_digest="d",
+        concurrency=4,
+        repeat=0,
+        seed=0,
+        num_requests=len(timings),
+        num_prompt_tokens=0,
+        num_output_tokens=0,
+        measure_s=4.0,
+        output_throughput_tok_s=1.0,
+        request_throughput_req_s=1.0,
+        request_latencies_ms=pairs,
+    )
+    for slo in (SLO(ttft_p99_ms=200), SLO(tpot_p99_ms=8), SLO(ttft_p99_ms=300, tpot_p99_ms=10)):
+        assert measurement_goodput(m, slo) == pytest.approx(request_goodput(timings, 4.0, slo))
+    assert measurement_goodput(replace_pairs(m, ()), SLO(tpot_p99_ms=8)) is None
+
+
+def replace_pairs(m: Any, pairs: tuple[Any, ...]) -> Any:
+    from dataclasses import replace
+
+    return replace(m, request_latencies_ms=pairs)
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ("objective: goodput\n", "objective: goodput needs an slo: block"),
+        ("objective: goodput\nslo: {itl_p99_ms: 20}\n", "with tpot_p99_ms or ttft_p99_ms"),
+        (
+            "objective: goodput\nslo: {tpot_p99_ms: 20}\n"
+            "engine: {kind: replay, landscape: x.csv}\n",
+            "a replayed landscape does not record",
+        ),
+    ],
+)
+def test_goodput_objective_needs_an_slo_and_per_request_data(
+    tmp_path: Path, extra: str, message: str
+) -> None:
+    path = tmp_path / "s.yaml"
+    (tmp_path / "x.csv").write_text("model\n")
+    path.write_text(textwrap.dedent(STUDY) + extra)
+    with pytest.raises(SpecError) as info:
+        load_study_file(path)
+    assert message in str(info.value) and "\n" not in str(info.value)
+
+
+def test_goodput_objective_loads_with_an_slo(tmp_path: Path) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text(textwrap.dedent(STUDY) + "objective: goodput\nslo: {tpot_p99_ms: 40}\n")
+    assert load_study_file(path).objective == "goodput"
+
+
+def test_goodput_value_is_the_geomean_of_level_medians() -> None:
+    """The tuner's trial value under ``objective: goodput``: per level the median goodput over
+    repeats, then the geometric mean over levels; 0 when a level served no good request."""
+    import math
+
+    from autotune.engine._base import Measurement
+    from autotune.engine.stats import request_latencies_ms
+    from autotune.search.samplers import GOODPUT_METRIC, goodput_value, metric_name
+    from autotune.spec.study import StudySpec
+
+    spec = StudySpec.model_validate(
+        {
+            "name": "s",
+            "model": {"name": "tiny"},
+            "workloads": ["code"],
+            "objective": "goodput",
+            "slo": {"tpot_p99_ms": 8},
+        }
+    )
+    assert metric_name(spec) == GOODPUT_METRIC
+    slo = SLO(tpot_p99_ms=8)
+    from autotune.recommend.slo import request_goodput
+
+    def m(level: int, repeat: int, seed: int) -> Measurement:
+        return Measurement(
+            workload="code",
+            workload_digest="d",
+            concurrency=level,
+            repeat=repeat,
+            seed=0,
+            num_requests=41,
+            num_prompt_tokens=0,
+            num_output_tokens=0,
+            measure_s=4.0,
+            output_throughput_tok_s=1.0,
+            request_throughput_req_s=1.0,
+            request_latencies_ms=request_latencies_ms(_timings(seed)),
+        )
+
+    runs = [m(1, 0, 1), m(1, 1, 2), m(1, 2, 3), m(8, 0, 4)]
+    g = [request_goodput(_timings(s), 4.0, slo) for s in (1, 2, 3, 4)]
+    expected = math.sqrt(sorted(g[:3])[1] * g[3])
+    assert goodput_value(runs, spec) == pytest.approx(expected)
+    nothing_good = replace_pairs(runs[3], ((None, None),))
+    assert goodput_value([*runs[:3], nothing_good], spec) == 0.0
+
+
+# --- the model strategy under an SLO: the recorded sweep replayed with its p99s --------------
+
+LANDSCAPE = DATA.with_name("tiny-cpu-slo-landscape.csv")
+
+
+def _replayed(tmp_path: Path, name: str, seed: int, **extra: Any) -> tuple[Any, Any]:
+    """A `model`-sampler study of the recorded sweep (as a landscape with its p99 columns), run
+    through the real tuner loop and store on the replay engine."""
+    from autotune import api
+    from autotune.search.bench import study_from_landscape
+    from autotune.store import Store
+
+    store = Store(str(tmp_path / f"{name}.db"))
+    data = study_from_landscape(LANDSCAPE, name, sampler="model")
+    data.update(seed=seed, **extra)
+    api.create_study(store, data=data, source=str(LANDSCAPE))
+    api.run_study(store, name)
+    return store, store.get_study(name)
+
+
+def _answer(store: Any, level: int) -> str | None:
+    from autotune import api
+
+    try:
+        return api.recommend(store, "tiny:llama", "code", level).choice.best.label()
+    except NoConfigMeetsSLO:
+        return None
+
+
+def test_the_model_strategy_under_an_slo_ends_with_the_slo_answer(tmp_path: Path) -> None:
+    """At 8 in flight n-gram N=3 is fastest but only running without speculation keeps p99 ITL
+    under 20 ms: under that SLO the search compares candidates against the best config that
+    meets it (not the fastest overall), so it measures more and ends on the SLO's answer."""
+    plain, plain_study = _replayed(tmp_path, "plain", 0)
+    under, under_study = _replayed(tmp_path, "under", 0, slo={"itl_p99_ms": 20})
+    assert _answer(plain, 8) == "ngram N=3"
+    assert _answer(under, 8) == "off (no speculation)"
+    started = {t.config_key for t in plain.trials(plain_study)}
+    started_under = {t.config_key for t in under.trials(under_study)}
+    assert started < started_under  # the SLO-meeting best is lower: more configs could win
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("slo", [{"itl_p99_ms": 20}, {"tpot_p99_ms": 6.5}, {"tpot_p99_ms": 3}])
+def test_the_slo_winner_of_the_recording_is_never_skipped(
+    tmp_path: Path, rows: list[Row], slo: dict[str, float], seed: int
+) -> None:
+    """Whatever the replay's draws, the config that the whole recording (every repeat) says is
+    best under the SLO at a level was measured there: the SLO never prunes the winner."""
+    store, study = _replayed(tmp_path, "s", seed, slo=slo)
+    measured = store.measurements(study=study.name)
+    for level in (1, 8):
+        truth = choose_slo(rows, "code", level, SLO(**slo))
+        assert truth is not None
+        if truth.best is None:
+            continue  # nothing in the recording meets it: no winner to keep
+        winner = truth.best.config.speculative_config
+        assert any(m.concurrency == level and m.speculative_config == winner for m in measured)
+
+
+def test_configs_that_cannot_meet_the_tpot_limit_are_not_proposed(tmp_path: Path) -> None:
+    """After the baseline and each method's largest N, a candidate's upper-bound throughput
+    bounds its p99 TPOT from below (c / throughput per stream, times the level's smallest
+    measured p99 TPOT / (c / throughput)): where that floor is over the limit, the level is not
+    one it could win, so it is not measured there."""
+    from autotune.search.model_strategy import ModelStrategy, _tpot_ratios
+    from autotune.search.space import SearchSpace
+    from autotune.search.strategy import SearchState
+    from autotune.spec.loader import ResolvedStudy
+
+    def after_anchors(name: str, **extra: Any) -> tuple[ModelStrategy, SearchState]:
+        budget = {"max_engine_configs": 3}
+        store, study = _replayed(tmp_path, name, 0, budget=budget, **extra)
+        resolved = ResolvedStudy.from_json(study.resolved_json)
+        rows = store.measurements(study=name)
+        done = {t.config_key: 1.0 for t in store.trials(study)}
+        state = SearchState(resolved, SearchSpace(resolved), rows, done, frozenset())
+        return ModelStrategy(resolved), state
+
+    strategy, state = after_anchors("plain")
+    plain = {c.config.label(): c.levels for c in strategy.candidates(state)}
+    strategy, state = after_anchors("tight", slo={"tpot_p99_ms": 3})
+    tight = {c.config.label(): c.levels for c in strategy.candidates(state)}
+    assert any(("code", 8) in levels for levels in plain.values())
+    assert not any(("code", 8) in levels for levels in tight.values())
+    ratios = _tpot_ratios(state.rows)
+    for level, ratio in ratios.items():
+        # the bound is a measured ratio: p99 TPOT over a stream's mean time per token
+        assert 0.5 < ratio < 3, (level, ratio)
+
+
+def test_progress_lines_print_the_objectives_unit() -> None:
+    """A progress line prints the trial value in the objective's unit: tok/s, or good req/s
+    (the tuner sets it; tests/integration/test_goodput_e2e.py checks that on real engines)."""
+    import io
+
+    from autotune.cli.progress import LineReporter
+    from autotune.engine._base import EngineConfig
+    from autotune.search.samplers import objective_unit
+    from autotune.spec.study import StudySpec
+
+    base = {"name": "s", "model": {"name": "tiny"}, "workloads": ["code"]}
+    goodput = StudySpec.model_validate(
+        {**base, "objective": "goodput", "slo": {"ttft_p99_ms": 100}}
+    )
+    assert objective_unit(StudySpec.model_validate(base)) == "tok/s"
+    assert objective_unit(goodput) == "good req/s"
+    stream = io.StringIO()
+    reporter = LineReporter(stream)
+    assert reporter.unit == "tok/s"
+    reporter.unit = objective_unit(goodput)
+    reporter.trial_finished(EngineConfig(model="m"), 3.25, None, None)
+    assert "3.2 good req/s (geometric mean over its levels)" in stream.getvalue()

@@ -156,3 +156,34 @@ def test_newer_schema_is_refused(tmp_path: Path):
         conn.execute(text("UPDATE autotune_meta SET value='99' WHERE key='schema_version'"))
     with pytest.raises(StoreError, match="newer than this autotune"):
         Store(str(path)).list_studies()
+
+
+def test_schema_4_keeps_per_request_latencies_and_upgrades_a_v3_store(tmp_path: Path):
+    """Step 4 adds the per-request (TTFT, TPOT) column to a version-3 store, keeping its rows
+    (their goodput stays unknown: empty, never guessed); new rows round-trip their pairs."""
+    path = tmp_path / "a.db"
+    store = Store(str(path))
+    study = _study(store)
+    config = EngineConfig(model="tiny:llama")
+    old = store.start_trial(study, config, 0)
+    store.add_measurement(old, _measurement(), INFO, config)
+    store.finish_trial(old, state="complete", engine_seconds=1.0)
+    store.dispose()
+    # Make it the version-3 store an earlier autotune wrote: no column, version 3.
+    engine = create_engine(f"sqlite:///{path}")
+    with engine.begin() as conn:
+        conn.execute(text("ALTER TABLE autotune_measurements DROP COLUMN request_latencies_ms"))
+        conn.execute(text("UPDATE autotune_meta SET value='3' WHERE key='schema_version'"))
+    engine.dispose()
+
+    store = Store(str(path))
+    (before,) = store.measurements(study="s")
+    assert before.request_latencies_ms == ()
+    pairs = ((12.5, 3.25), (40.0, 0.0), (None, None))
+    new = store.start_trial(store.get_study("s"), config, 1)
+    store.add_measurement(new, _measurement(repeat=1, request_latencies_ms=pairs), INFO, config)
+    store.finish_trial(new, state="complete", engine_seconds=1.0)
+    after = [m for m in store.measurements(study="s") if m.repeat == 1]
+    assert after[0].request_latencies_ms == pairs
+    with create_engine(f"sqlite:///{path}").connect() as conn:
+        assert migrations.current_version(conn) == migrations.SCHEMA_VERSION == 4

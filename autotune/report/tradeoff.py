@@ -1,0 +1,117 @@
+"""The report's latency view: per level, throughput against p99 TPOT with the Pareto front.
+
+Serving under a latency SLO trades throughput for tail latency: a deeper draft raises tokens/s
+but its multi-token chunks and longer verification steps raise TPOT and ITL. For each
+(workload, concurrency) level of a study's newest prompt sets, :func:`trade_off_frame` lists
+every rankable config with its median throughput, its p99 latencies (median over repeats, as
+:mod:`autotune.recommend.slo` judges them), its median goodput where the study has an SLO and
+the measurements carry per-request latencies, whether it meets the study's SLO, whether it is on
+the throughput-vs-p99-TPOT Pareto front, and whether it is the recommendation under the SLO. The
+HTML report plots it and ``autotune report`` prints the front.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+
+from autotune.recommend.slo import (
+    METRICS,
+    NoConfigMeetsSLO,
+    choose_goodput,
+    choose_slo,
+    measurement_goodput,
+    trade_off_rows,
+)
+from autotune.spec.methods import config_id
+from autotune.spec.slo import SLO
+
+if TYPE_CHECKING:
+    from autotune.spec.study import StudySpec
+    from autotune.store.records import MeasurementRecord
+
+GOODPUT = "goodput_req_s"
+"""The measurements frame's goodput column (requests/s that met the workload's SLO)."""
+
+TRADE_OFF_COLUMNS = [
+    "workload",
+    "concurrency",
+    "config",
+    "speculative_config",
+    "median_tok_s",
+    *METRICS,
+    GOODPUT,
+    "meets_slo",
+    "on_front",
+    "recommended",
+]
+
+
+def add_goodput(
+    df: pd.DataFrame, records: Sequence[MeasurementRecord], spec: StudySpec
+) -> pd.DataFrame:
+    """``df`` (built from ``records``, row for row) with the study's SLO per workload in
+    ``df.attrs["slo"]``, its objective in ``df.attrs["objective"]`` and a ``goodput_req_s``
+    column: each measurement's goodput under its workload's SLO, NaN where it has no
+    per-request latencies (a replayed landscape, or stored before schema 4)."""
+    assert spec.slo is not None
+    slos = {w: spec.slo.for_workload(w) for w in spec.workloads}
+    out = df.copy()
+    out.attrs.update(df.attrs)
+    out.attrs["slo"] = {
+        w: {k: v for k, v in vars(s).items() if v is not None} for w, s in slos.items()
+    }
+    out.attrs["objective"] = spec.objective
+    values = []
+    for r in records:
+        g = measurement_goodput(r, slos.get(r.workload, SLO()))
+        values.append(math.nan if g is None else g)
+    if not out.empty:
+        out[GOODPUT] = values
+    return out
+
+
+def slo_of(df: pd.DataFrame, workload: str) -> SLO:
+    """The SLO the study set for ``workload`` (empty when it set none)."""
+    return SLO(**(df.attrs.get("slo") or {}).get(workload, {}))
+
+
+def trade_off_frame(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per rankable config per level (newest prompt sets only): see the module
+    docstring. Empty when no measurement recorded p99 TPOT (a replayed landscape)."""
+    from autotune.report._figures import latest_prompt_sets
+    from autotune.report.frames import _records, acceptance_columns
+
+    empty = pd.DataFrame(columns=TRADE_OFF_COLUMNS)
+    if df.empty or "tpot_ms_p99" not in df or df["tpot_ms_p99"].isna().all():
+        return empty
+    data = latest_prompt_sets(df)
+    acc_cols = acceptance_columns(data)
+    goodput = GOODPUT in data and data[GOODPUT].notna().any()
+    rows: list[dict[str, Any]] = []
+    for (workload, concurrency), cell in data.groupby(["workload", "concurrency"], sort=True):
+        records = _records(cell, acc_cols)
+        slo = slo_of(df, str(workload))
+        choice = choose_slo(records, str(workload), int(concurrency), slo)
+        if choice is None:
+            continue
+        level = trade_off_rows(choice)
+        if goodput and df.attrs.get("objective") == "goodput" and slo:
+            # Under objective: goodput the recommendation is the best median goodput.
+            try:
+                best = choose_goodput(records, str(workload), int(concurrency), slo)
+            except NoConfigMeetsSLO:
+                best = None
+            key = None if best is None else config_id(best.best.speculative_config)
+            for r in level:
+                r["recommended"] = key is not None and config_id(r["speculative_config"]) == key
+        medians = cell.groupby("speculative_config")[GOODPUT].median() if goodput else pd.Series()
+        for r in level:
+            r["workload"] = str(workload)
+            r["speculative_config"] = config_id(r["speculative_config"])
+            r[GOODPUT] = float(medians.get(r["speculative_config"], math.nan))
+            rows.append(r)
+    return pd.DataFrame(rows, columns=TRADE_OFF_COLUMNS) if rows else empty
