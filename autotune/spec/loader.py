@@ -621,7 +621,7 @@ def _parallel_drafting_refused(params: dict[str, Any], draft: str | None) -> str
     values = params.get("parallel_drafting")
     if True not in (values if isinstance(values, list) else [values]):
         return None
-    config = _local_config(_built_tiny(draft) if draft else None)
+    config = _local_config(draft)
     if config is None:
         return None
     if any(config.get(k) is not None for k in PARALLEL_DRAFT_TOKENS) or (
@@ -632,13 +632,6 @@ def _parallel_drafting_refused(params: dict[str, Any], draft: str | None) -> str
         f"parallel_drafting needs a draft trained for it: {draft}'s config.json has none of "
         f"{', '.join(PARALLEL_DRAFT_TOKENS)} (vLLM's parallel drafter fills masked slots with it)"
     )
-
-
-def _built_tiny(ref: str) -> str:
-    """A ``tiny:NAME`` draft's directory when it is built (never builds it); other refs as is."""
-    from autotune.testing.tiny import default_cache_dir, is_tiny
-
-    return str(default_cache_dir() / ref.split(":", 1)[1]) if is_tiny(ref) else ref
 
 
 def _vocab_sizes(method: str, model: str, draft: str | None) -> dict[str, int | None]:
