@@ -21,9 +21,9 @@ A choice is *low-confidence* (``Choice.low_confidence``) when its measurements c
   the two runs (``Choice.drift_pct``). Speedups use both runs pooled.
 
 A level is a *tie* (``Choice.tie``, ``Choice.tied_with``) when the top-scored config's margin
-over another is inside their combined measured uncertainty: each config's median carries a 95%
-confidence interval (Student t on log throughput, the sequential-stopping rule's,
-:func:`autotune.search.strategy.median_ci_halfwidth_pct`) and the log ratio of the two medians
+over the runner-up, or over the baseline, is inside their combined measured uncertainty: each
+config's median carries a 95% confidence interval (Student t on log throughput, the
+sequential-stopping rule's, :func:`median_ci_halfwidth_pct`) and the log ratio of the two medians
 is within ``sqrt(h1² + h2²)`` of 0, i.e. the ratio's 95% interval contains 1. Inside a tie the
 usual preference picks the answer (no speculation first, then the smaller N, then no draft
 model), so a drafter that ties with the baseline answers "off": its speedup is not established,
@@ -301,15 +301,29 @@ def _preference(s: ConfigScore) -> tuple[int, int]:
     return (s.num_speculative_tokens, 0 if s.draft is None else 1)
 
 
-def rank(scores: Iterable[ConfigScore], tie_pct: float = DEFAULT_TIE_PCT) -> list[ConfigScore]:
-    """Best first: the tie group of the top score ordered by preference, then the rest."""
+def rank(
+    scores: Iterable[ConfigScore], tie_pct: float = DEFAULT_TIE_PCT, statistical: bool = True
+) -> list[ConfigScore]:
+    """Best first: the tie group of the top score ordered by preference, then the rest.
+
+    The tie group holds the configs within ``tie_pct`` of the top score and, with
+    ``statistical``, the runner-up and the baseline where the top-scored config's median is
+    statistically tied with theirs (``ConfigScore.ties_with``; off for scores that are not one
+    level's repeats). Only those two: a config that is merely very noisy elsewhere in the
+    ranking does not capture the answer."""
     by_score = sorted(scores, key=lambda s: s.score_tok_s, reverse=True)
     if not by_score:
         return []
-    top = by_score[0].score_tok_s
-    threshold = top * (1.0 - tie_pct / 100.0)
-    tied = sorted((s for s in by_score if s.score_tok_s >= threshold), key=_preference)
-    rest = [s for s in by_score if s.score_tok_s < threshold]
+    top = by_score[0]
+    threshold = top.score_tok_s * (1.0 - tie_pct / 100.0)
+    contenders = [*by_score[1:2], *(s for s in by_score[1:] if s.is_baseline)]
+    stat = [s for s in contenders if statistical and top.ties_with(s)]
+
+    def in_group(s: ConfigScore) -> bool:
+        return s.score_tok_s >= threshold or any(s is t for t in stat)
+
+    tied = sorted((s for s in by_score if in_group(s)), key=_preference)
+    rest = [s for s in by_score if not in_group(s)]
     return tied + rest
 
 
@@ -354,18 +368,22 @@ def choose(
     for r in cell:
         groups[config_id(r.speculative_config)].append(r)
     scores, screened = screen(score(g) for g in groups.values())
-    ranked = rank(scores, tie_pct)
-    threshold = max(s.score_tok_s for s in scores) * (1.0 - tie_pct / 100.0)
     # A statistical tie with the top-scored config joins the 1% tie group: the preference
     # (off, then smaller N) picks among them.
-    top = max(scores, key=lambda s: s.score_tok_s)
-    stat_tied = [s for s in scores if s is not top and top.ties_with(s)]
-    group = [s for s in ranked if s.score_tok_s >= threshold or s in stat_tied]
-    ranked = sorted(group, key=_preference) + [s for s in ranked if s not in group]
+    ranked = rank(scores, tie_pct)
     best = ranked[0]
-    tied_with = tuple(s for s in group if s is not best and (s in stat_tied or s is top))
-    # Only statistical ties count as a tie; a config inside the 1% rule alone is not.
-    tied_with = tuple(s for s in tied_with if best.ties_with(s))
+    top = max(scores, key=lambda s: s.score_tok_s)
+    threshold = top.score_tok_s * (1.0 - tie_pct / 100.0)
+    runner = sorted(scores, key=lambda s: s.score_tok_s, reverse=True)[1:2]
+    contenders = [*runner, *(s for s in scores if s.is_baseline and s is not top)]
+    group = [
+        s
+        for s in ranked
+        if s.score_tok_s >= threshold or any(s is c and top.ties_with(c) for c in contenders)
+    ]
+    # The answer's tie: the configs of its group it is statistically tied with (a config
+    # inside the 1% rule alone is no statistical tie).
+    tied_with = tuple(s for s in group if s is not best and best.ties_with(s))
     baseline = next((s for s in scores if s.is_baseline), None)
     runs = _baseline_runs(cell)
     drift = 100.0 * (runs[-1] / runs[0] - 1.0) if len(runs) > 1 and runs[0] > 0 else None
@@ -494,7 +512,8 @@ def choose_overall(
         )
         for g, geo in candidates
     ]
-    ranked = rank(proxies, tie_pct)
+    # The proxies pool every level's repeats: no statistical tie between them.
+    ranked = rank(proxies, tie_pct, statistical=False)
     threshold = max(s.score_tok_s for s in proxies) * (1.0 - tie_pct / 100.0)
     baseline = next((s for s in proxies if s.is_baseline), None)
     return Choice(
