@@ -122,7 +122,8 @@ def test_a_clear_winner_is_not_flagged(store, tmp_path, autotune):
     assert all(lv.low_confidence(10.0) == () for lv in rec.per_level)
     out = autotune("recommend", "--model", "org/tiny", "--workload", "code", "--json")
     assert out.exit_code == 0 and "low confidence" not in out.stderr
-    assert json.loads(out.stdout)["low_confidence"] == []
+    doc = json.loads(out.stdout)
+    assert doc["low_confidence"] == [] and doc["tie"] is False and doc["tied_with"] == []
 
 
 def test_a_winner_within_the_noise_is_flagged(store, tmp_path):
