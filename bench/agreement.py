@@ -119,8 +119,9 @@ def _level(store: Any, name: str, workload: str, concurrency: int) -> dict[str, 
         "tied_with": [o.label() for o in choice.tied_with],
         "speedup": speedup,
         "speedup_ci_pct": ci,
-        "runs": {s.label(): s.repeats for s in choice.ranked},
-        "ci_pct": {s.label(): median_ci_halfwidth_pct(s.throughputs) for s in choice.ranked},
+        # baseline first, then the drafter (both runs of the baseline pooled)
+        "runs": [s.repeats if s else None for s in (base, drafter)],
+        "ci_pct": [median_ci_halfwidth_pct(s.throughputs) if s else None for s in (base, drafter)],
         "drift_pct": choice.drift_pct,
         "prefill_share": statistics.median(shares) if shares else None,
     }
@@ -137,12 +138,16 @@ def compare(store: Any, names: list[str], data: dict[str, Any]) -> dict[str, Any
                 "concurrency": c,
                 "studies": {names[0]: a, names[1]: b},
                 "agree": same or (a["tie"] and b["tie"]),
-                "verdict": "same answer"
-                if same
-                else ("both ties" if a["tie"] and b["tie"] else "DISAGREE"),
+                "verdict": _verdict(same, a["tie"] and b["tie"]),
             }
         )
     return {"studies": names, "workload": workload, "levels": levels}
+
+
+def _verdict(same: bool, both_ties: bool) -> str:
+    if same:
+        return "same answer" + (", both ties" if both_ties else "")
+    return "different answers, both ties" if both_ties else "DISAGREE"
 
 
 def _f(v: float | None, spec: str) -> str:
@@ -152,7 +157,7 @@ def _f(v: float | None, spec: str) -> str:
 def render(result: dict[str, Any]) -> str:
     names = result["studies"]
     head = (
-        f"{'conc':>4}  {'study':<18} {'answer':<22} {'speedup':>8} {'± 95%':>7} "
+        f"{'conc':>4}  {'study':<18} {'answer':<28} {'speedup':>8} {'± 95%':>7} "
         f"{'runs off/ngram':>14} {'CI off/ngram %':>15} {'drift %':>8} {'prefill':>7}"
     )
     lines = [f"two identical studies ({', '.join(names)}), {result['wall_s']:.0f} s", head]
@@ -160,10 +165,10 @@ def render(result: dict[str, Any]) -> str:
         for name in names:
             s = lv["studies"][name]
             answer = s["answer"] + (" (tie)" if s["tie"] else "")
-            runs = "/".join(str(v) for v in s["runs"].values())
-            cis = "/".join(_f(v, ".1f") for v in s["ci_pct"].values())
+            runs = "/".join(_f(v, "d") for v in s["runs"])
+            cis = "/".join(_f(v, ".1f") for v in s["ci_pct"])
             lines.append(
-                f"{lv['concurrency']:>4}  {name:<18} {answer:<22} "
+                f"{lv['concurrency']:>4}  {name:<18} {answer:<28} "
                 f"{_f(s['speedup'], '.3f'):>8} {_f(s['speedup_ci_pct'], '.1f'):>7} "
                 f"{runs:>14} {cis:>15} {_f(s['drift_pct'], '+.1f'):>8} "
                 f"{_f(s['prefill_share'], '.0%'):>7}"
