@@ -354,8 +354,11 @@ def choose(
     workload: str,
     concurrency: int,
     tie_pct: float = DEFAULT_TIE_PCT,
+    statistical: bool = True,
 ) -> Choice | None:
-    """The recommendation for one cell, or None when nothing was measured there."""
+    """The recommendation for one cell, or None when nothing was measured there.
+    ``statistical=False`` ranks by the 1% tie rule alone (no statistical ties: the search
+    benchmarks judge the search, not the tie policy)."""
     digest = latest_digest(rows, workload)
     cell = [
         r
@@ -370,7 +373,7 @@ def choose(
     scores, screened = screen(score(g) for g in groups.values())
     # A statistical tie with the top-scored config joins the 1% tie group: the preference
     # (off, then smaller N) picks among them.
-    ranked = rank(scores, tie_pct)
+    ranked = rank(scores, tie_pct, statistical)
     best = ranked[0]
     top = max(scores, key=lambda s: s.score_tok_s)
     threshold = top.score_tok_s * (1.0 - tie_pct / 100.0)
@@ -379,11 +382,12 @@ def choose(
     group = [
         s
         for s in ranked
-        if s.score_tok_s >= threshold or any(s is c and top.ties_with(c) for c in contenders)
+        if s.score_tok_s >= threshold
+        or (statistical and any(s is c and top.ties_with(c) for c in contenders))
     ]
     # The answer's tie: the configs of its group it is statistically tied with (a config
     # inside the 1% rule alone is no statistical tie).
-    tied_with = tuple(s for s in group if s is not best and best.ties_with(s))
+    tied_with = tuple(s for s in group if statistical and s is not best and best.ties_with(s))
     baseline = next((s for s in scores if s.is_baseline), None)
     runs = _baseline_runs(cell)
     drift = 100.0 * (runs[-1] / runs[0] - 1.0) if len(runs) > 1 and runs[0] > 0 else None
