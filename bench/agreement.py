@@ -201,7 +201,8 @@ def fidelity(
         out.append(
             {
                 "concurrency": lv.concurrency,
-                "config": v.label,
+                "config": v.label.split(" (")[0],  # "ngram N=3 (best drafting config; ...)"
+                "recommended": v.label,
                 "study_speedup": study_x,
                 "server_speedup": server_x,
                 "ratio": server_x / study_x if study_x and server_x else None,
