@@ -17,7 +17,7 @@ ACCEL := $(shell if [ -e /dev/kfd ] || command -v rocm-smi >/dev/null 2>&1; then
                  elif command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then echo cuda; \
                  else echo cpu; fi)
 
-.PHONY: install test test-unit test-contract test-integration lint format demo verify bench-search bench-stress bench-cli bench-scale bench-fidelity recommend check clean help
+.PHONY: install test test-unit test-contract test-integration lint format demo verify bench-search bench-stress bench-cli bench-scale bench-fidelity bench-agreement recommend check clean help
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -91,6 +91,9 @@ bench-scale: $(STAMP)  ## a replay study on 1, 2, 4, 8 logical GPUs through the 
 
 bench-fidelity: $(STAMP)  ## autotune's harness vs vllm bench serve against vllm serve: one config and the baseline, 3 interleaved repeats
 	$(PY) bench/fidelity.py --repeats 3
+
+bench-agreement: $(STAMP)  ## two identical tiny studies one after the other: do they agree per level? (+ vllm bench serve with ARGS=--fidelity)
+	$(PY) bench/agreement.py $(ARGS)
 
 recommend: $(STAMP)  ## print the recommended --speculative-config: make recommend MODEL=kimi WORKLOAD=code
 	$(AUTOTUNE) recommend --model $(MODEL) --workload $(WORKLOAD)

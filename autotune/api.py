@@ -292,7 +292,10 @@ def coverage(store: Store, record: StudyRecord) -> Coverage:
 
     resolved = ResolvedStudy.from_json(record.resolved_json)
     planned = len(SearchSpace(resolved).configs())
-    measured = sum(1 for t in store.trials(record) if t.state in ("complete", "failed"))
+    # Distinct configs: the drift check's second baseline run is the same config.
+    measured = len(
+        {t.config_key for t in store.trials(record) if t.state in ("complete", "failed")}
+    )
     return Coverage(measured=measured, planned=planned, status=record.status)
 
 
@@ -364,12 +367,19 @@ class LowConfidence:
         return {"concurrency": self.concurrency, "reason": self.reason}
 
 
-def low_confidence(choices: Sequence[Any], max_spread_pct: float) -> tuple[LowConfidence, ...]:
+def low_confidence(
+    choices: Sequence[Any], max_spread_pct: float, precision_pct: float | None = None
+) -> tuple[LowConfidence, ...]:
     """The low-confidence levels among per-level ``choices`` (``autotune.recommend.choose``),
-    judged against the study's ``measurement.max_spread_pct``."""
+    judged against the study's ``measurement.max_spread_pct`` and ``precision_pct`` (the
+    baseline's drift limit; None: the default)."""
+    from autotune.recommend.choose import DEFAULT_PRECISION_PCT
+
     out = []
     for c in choices:
-        reasons = c.low_confidence(max_spread_pct)
+        reasons = c.low_confidence(
+            max_spread_pct, DEFAULT_PRECISION_PCT if precision_pct is None else precision_pct
+        )
         if reasons:
             out.append(LowConfidence(c.concurrency, "; ".join(reasons)))
     return tuple(out)
@@ -413,6 +423,16 @@ class Recommendation:
             lc
             for lc in self.low_confidence_levels
             if self.concurrency is None or lc.concurrency == self.concurrency
+        )
+
+    @property
+    def ties(self) -> tuple[Any, ...]:
+        """The tied levels of the answer (``Choice.tie``): ``concurrency``'s, else every
+        level's."""
+        return tuple(
+            c
+            for c in self.per_level
+            if c.tie and (self.concurrency is None or c.concurrency == self.concurrency)
         )
 
     def is_low_confidence(self, concurrency: int) -> bool:
@@ -501,7 +521,11 @@ def recommend(
         coverage=sel.coverage,
         engine_args=dict(trial.engine_args if trial else resolved.engine_args),
         tensor_parallel_size=trial.tensor_parallel_size if trial else resolved.tensor_parallel_size,
-        low_confidence_levels=low_confidence(per_level, resolved.spec.measurement.max_spread_pct),
+        low_confidence_levels=low_confidence(
+            per_level,
+            resolved.spec.measurement.max_spread_pct,
+            resolved.spec.measurement.precision_pct,
+        ),
     )
 
 
@@ -785,6 +809,10 @@ class StudyReport:
     latencies)."""
     slo_text: dict[str, str] = field(default_factory=dict)
     """Workload -> the study's SLO for it, as text ("" where it sets none)."""
+    drift: tuple[Any, ...] = ()
+    """The baseline's drift per level (``autotune.recommend.choose.Drift``; the drift check)."""
+    precision_pct: float = 3.0
+    """The study's ``measurement.precision_pct`` (the drift limit)."""
 
 
 def report_study(
@@ -828,11 +856,22 @@ def report_study(
     cov = coverage(store, record) if record.status != FINISHED else None
     notes = () if cov is None or cov.exhausted else (cov.line(name),)
     verified = tuple(verification_lines(store, record))
+    from autotune.recommend.choose import DEFAULT_PRECISION_PCT, baseline_drift
     from autotune.report.tradeoff import slo_of, trade_off_frame
 
     slo_text = {str(w): slo_of(df, str(w)).describe() for w in sorted(df["workload"].unique())}
+    precision = ResolvedStudy.from_json(record.resolved_json).spec.measurement.precision_pct
+    drift = tuple(baseline_drift(store.measurements(study=name)))
     return StudyReport(
-        df, summary_frame(df), written, notes, verified, trade_off_frame(df), slo_text
+        df,
+        summary_frame(df),
+        written,
+        notes,
+        verified,
+        trade_off_frame(df),
+        slo_text,
+        drift,
+        DEFAULT_PRECISION_PCT if precision is None else precision,
     )
 
 

@@ -122,6 +122,13 @@ def recommend(
     repeats overlap), or when the winner's or the baseline's repeats spread more than the
     study's measurement.max_spread_pct: one "note: low confidence at concurrency C: ..." line
     per such level on stderr, "low_confidence" in --json; the exit code does not change.
+    So is a level whose baseline drifted more than the study's measurement.precision_pct
+    between its two runs (the drift check; "baseline_drift" in --json, "drift %" in --explain).
+
+    A level is a tie when the winner's margin over another config is inside their combined
+    95% confidence intervals of the median: the preferred of them (off, then the smaller N) is
+    the answer, a "note: tie at concurrency C: ..." line on stderr says so, and --json carries
+    "tie": true and "tied_with".
 
     Under a latency SLO (the --slo-* options, else the study's slo: block) only configs whose
     measured p99 latencies (median over repeats) meet every limit are chosen; when none does it
@@ -151,7 +158,12 @@ def recommend(
         _print_prior(answer, fmt, explain, as_json)
         return
     rec = answer
-    for note in (*rec.notes, *(lc.line() for lc in rec.low_confidence)):
+    lines = (
+        *rec.notes,
+        *(lc.line() for lc in rec.low_confidence),
+        *(t.tie_line() for t in rec.ties),
+    )
+    for note in lines:
         click.echo(f"note: {note}", err=True)
     config = rec.speculative_config
     shown = render.dsd_config(rec.per_level) if fmt == "dsd" else config
@@ -194,6 +206,24 @@ def _measured_json(rec: Any, shown: Any) -> dict[str, Any]:
         "speedup": rec.choice.speedup,
         "notes": list(rec.notes),
         "low_confidence": [lc.as_json() for lc in rec.low_confidence],
+        "tie": bool(rec.ties),
+        "tied_with": [
+            {
+                "concurrency": t.concurrency,
+                "config": o.label(),
+                "speculative_config": o.speculative_config,
+                "diff_pct": 100.0 * (o.median_tok_s / t.best.median_tok_s - 1.0),
+                "within_pct": t.best.tie_pct(o),
+            }
+            for t in rec.ties
+            for o in t.tied_with
+        ],
+        "baseline_drift": [
+            {"concurrency": c.concurrency, "drift_pct": c.drift_pct}
+            for c in rec.per_level
+            if c.drift_pct is not None
+            and (rec.concurrency is None or c.concurrency == rec.concurrency)
+        ],
     }
 
 
@@ -269,6 +299,8 @@ def _explain(rec: Any) -> None:
             Column("spread %", "number"),
             Column("runner-up", "id"),
             Column("margin %", "number"),
+            Column("tie ±%", "number"),
+            Column("drift %", "number"),
             Column("confidence", "id"),
         ]
     )
@@ -284,6 +316,9 @@ def _explain(rec: Any) -> None:
             f"{b.spread_pct:.1f}",
             lv.runner_up.label() if lv.runner_up else "-",
             f"{lv.margin_pct:.1f}" if lv.margin_pct is not None else "-",
+            # A tie: the widest combined uncertainty the answer is tied within.
+            f"{max(b.tie_pct(o) for o in lv.tied_with):.1f}" if lv.tie else "-",
+            f"{lv.drift_pct:+.1f}" if lv.drift_pct is not None else "-",
             "low" if rec.is_low_confidence(lv.concurrency) else "ok",
         )
     emit_table(table, stderr=True)

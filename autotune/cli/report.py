@@ -64,7 +64,8 @@ def report(
     """Show a study's results: per config and cell, median tok/s, spread, speedup, acceptance.
 
     Prints a table (★ marks the recommended config of each workload × concurrency; repeats
-    that disagree by more than the study's max_spread_pct are flagged noisy), then, where the
+    that disagree by more than the study's max_spread_pct are flagged noisy), the baseline's
+    drift per level when the study ran it twice (measurement.drift_check), then, where the
     engine recorded latencies, each level's Pareto front of throughput vs p99 TPOT (with
     goodput and whether each config meets the study's slo:), and writes the plots and exports
     asked for. Exits 1 when the study has no measurements yet.
@@ -99,6 +100,10 @@ def report(
                 "summary": [_clean(r) for r in summary.to_dict("records")],
                 "slo": {w: t for w, t in rep.slo_text.items() if t},
                 "trade_off": [_clean(r) for r in rep.trade_off.to_dict("records")],
+                "baseline_drift": [
+                    {"workload": d.workload, "concurrency": d.concurrency, "drift_pct": d.drift_pct}
+                    for d in rep.drift
+                ],
                 "files": [str(p) for p in written],
             }
         )
@@ -114,6 +119,8 @@ def report(
     if fmt != "tsv":
         for line in rep.verified:  # autotune verify
             click.echo(line)
+        for d in rep.drift:  # the drift check's two baseline runs
+            click.echo(d.line(rep.precision_pct))
 
 
 def _clean(row: dict[str, Any]) -> dict[str, Any]:

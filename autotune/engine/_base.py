@@ -88,6 +88,9 @@ class MeasureSettings:
 
     requests_per_concurrency: int = 4
     timeout_s: float = 1800.0
+    min_measure_s: float = 0.0
+    """Keep issuing requests (cycling the prompts) until this many seconds have passed too
+    (``measurement.min_measure_s``; 0: exactly ``num_requests``)."""
 
     def num_requests(self, workload: PreparedWorkload, concurrency: int) -> int:
         return max(len(workload.prompts), self.requests_per_concurrency * concurrency)

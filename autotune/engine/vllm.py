@@ -452,9 +452,13 @@ class VLLMEngine(Engine):
             raise EngineError(f"concurrency must be >= 1, got {concurrency}")
         num_requests = settings.num_requests(workload, concurrency)
         seed = workload.seed + repeat
-        run = self._run_sync(workload, concurrency, num_requests, seed, settings.timeout_s)
+        run = self._run_sync(
+            workload, concurrency, num_requests, seed, settings.timeout_s, settings.min_measure_s
+        )
         latency = summarize(run.timings)
         out_tokens = run.output_tokens
+        # With min_measure_s the loop may run more requests than asked for: count what ran.
+        num_requests = len(run.timings)
         return Measurement(
             workload=workload.name,
             workload_digest=workload.digest,
@@ -488,13 +492,16 @@ class VLLMEngine(Engine):
         num_requests: int,
         seed: int,
         timeout_s: float,
+        min_measure_s: float = 0.0,
     ) -> _RunResult:
         if self._engine is None or self._loop is None:
             raise EngineError("engine is not started")
         if not workload.prompts:
             raise EngineError(f"workload {workload.name} has no prompts")
         self._runs += 1
-        coro = self._run(workload, concurrency, num_requests, seed, timeout_s, f"at{self._runs}")
+        coro = self._run(
+            workload, concurrency, num_requests, seed, timeout_s, f"at{self._runs}", min_measure_s
+        )
         try:
             # The timeout lives inside the loop (it cancels and aborts the requests); this outer
             # one only guards against a loop blocked in a synchronous call.
@@ -514,14 +521,17 @@ class VLLMEngine(Engine):
         seed: int,
         timeout_s: float,
         tag: str,
+        min_measure_s: float = 0.0,
     ) -> _RunResult:
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
 
         prompts = self._render(workload)
         params: dict[int, Any] = {}
-        requests = []
-        for i in range(num_requests):
+
+        def request(i: int) -> tuple[str, Any, Any]:
+            # Request i cycles the prompts: past num_requests (min_measure_s) the loop goes on
+            # with the same prompts in the same order.
             index = i % len(prompts)
             max_tokens = workload.prompts[index].max_tokens
             if max_tokens not in params:
@@ -532,12 +542,13 @@ class VLLMEngine(Engine):
                     seed=seed,
                     output_kind=RequestOutputKind.DELTA,
                 )
-            requests.append((f"{tag}-{i}", prompts[index], params[max_tokens]))
+            return (f"{tag}-{i}", prompts[index], params[max_tokens])
 
         before = read_snapshot()
         try:
             timings, measure_s, max_inflight = await asyncio.wait_for(
-                _closed_loop(self._engine, requests, concurrency), timeout_s
+                _closed_loop(self._engine, request, num_requests, concurrency, min_measure_s),
+                timeout_s,
             )
         except asyncio.TimeoutError:
             raise EngineError(
@@ -546,7 +557,7 @@ class VLLMEngine(Engine):
             ) from None
         output_tokens = sum(t.output_tokens for t in timings)
         counters = await _settled_delta(before, output_tokens)
-        asked = sum(params.max_tokens for _, _, params in requests)
+        asked = sum(workload.prompts[i % len(prompts)].max_tokens for i in range(len(timings)))
         if output_tokens < asked:
             # ignore_eos is set, so only the context length (max_model_len) stops a request early.
             logger.warning(
@@ -603,19 +614,30 @@ async def _shutdown_engine(engine: Any) -> None:
 
 
 async def _closed_loop(
-    engine: Any, requests: Sequence[tuple[str, Any, Any]], concurrency: int
+    engine: Any,
+    request: Callable[[int], tuple[str, Any, Any]],
+    num_requests: int,
+    concurrency: int,
+    min_measure_s: float = 0.0,
 ) -> tuple[list[RequestTiming], float, int]:
-    """Send ``requests`` with exactly ``concurrency`` in flight: each worker sends one, streams
-    it to the end, then sends the next. Returns timings, wall seconds and the peak in flight."""
+    """Send requests ``request(0), request(1), ...`` with exactly ``concurrency`` in flight:
+    each worker sends one, streams it to the end, then sends the next, until ``num_requests``
+    were sent and, with ``min_measure_s``, that many seconds have passed since the first (a
+    longer window in which decode, not the first requests' prefill, dominates). Returns
+    timings, wall seconds and the peak in flight."""
     timings: list[RequestTiming] = []
     next_index = 0
     inflight = 0
     max_inflight = 0
+    t0 = time.perf_counter()
+
+    def more() -> bool:
+        return next_index < num_requests or time.perf_counter() - t0 < min_measure_s
 
     async def worker() -> None:
         nonlocal next_index, inflight, max_inflight
-        while next_index < len(requests):
-            request_id, prompt, params = requests[next_index]
+        while more():
+            request_id, prompt, params = request(next_index)
             next_index += 1
             inflight += 1
             max_inflight = max(max_inflight, inflight)

@@ -15,11 +15,26 @@ A choice is *low-confidence* (``Choice.low_confidence``) when its measurements c
   inside their noise: each config's noise interval is median ± 1.4826·MAD over its repeats (the
   MAD term of the ranking score, so the winner's interval starts at its score), and the two
   intervals overlap. Configs with no measured noise (MAD 0 on both sides, e.g. one repeat each)
-  are never "inside the noise": nothing says they are.
+  are never "inside the noise": nothing says they are;
+- the baseline *drifted*: the study ran it twice (the drift check, first and last engine of the
+  study) and its median at this level moved by more than the study's ``precision_pct`` between
+  the two runs (``Choice.drift_pct``). Speedups use both runs pooled.
+
+A level is a *tie* (``Choice.tie``, ``Choice.tied_with``) when the top-scored config's margin
+over the runner-up, or over the baseline, is inside their combined measured uncertainty: each
+config's median carries a 95% confidence interval (Student t on log throughput, the
+sequential-stopping rule's, :func:`median_ci_halfwidth_pct`) and the log ratio of the two medians
+is within ``sqrt(h1² + h2²)`` of 0, i.e. the ratio's 95% interval contains 1. Inside a tie the
+usual preference picks the answer (no speculation first, then the smaller N, then no draft
+model), so a drafter that ties with the baseline answers "off": its speedup is not established,
+and off costs nothing to deploy. A tie is not in itself low-confidence (the answer is the
+preferred one of equivalent configs); its own line says so. Configs without measured noise
+(a single run, or identical runs, on both sides) never tie.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -35,6 +50,11 @@ if TYPE_CHECKING:
 
 MAD_SCALE = 1.4826  # makes the MAD a consistent estimator of sigma under normal noise
 DEFAULT_TIE_PCT = 1.0
+DEFAULT_PRECISION_PCT = 3.0
+"""The study's ``measurement.precision_pct`` when it sets none (the sequential rule's target
+and the drift limit)."""
+CONFIDENCE = 0.95
+"""Level of the confidence intervals of a median (sequential stopping, ties)."""
 
 
 @dataclass(frozen=True)
@@ -78,6 +98,26 @@ class ConfigScore:
         """Half-width of the noise interval, 1.4826·MAD (a sigma under normal noise)."""
         return MAD_SCALE * self.mad_tok_s
 
+    @property
+    def ci_log(self) -> float:
+        """Half-width of the 95% confidence interval of the median, in log units (0: no
+        measured noise, a single run or identical runs)."""
+        if self.repeats < 2 or any(t <= 0 for t in self.throughputs):
+            return 0.0
+        return math.log1p(median_ci_halfwidth_pct(self.throughputs) / 100.0)
+
+    def ties_with(self, other: ConfigScore) -> bool:
+        """Whether the 95% interval of the ratio of the two medians contains 1 (see the module
+        docstring); False when neither has measured noise."""
+        width = math.hypot(self.ci_log, other.ci_log)
+        if width <= 0 or self.median_tok_s <= 0 or other.median_tok_s <= 0:
+            return False
+        return abs(math.log(self.median_tok_s / other.median_tok_s)) <= width
+
+    def tie_pct(self, other: ConfigScore) -> float:
+        """The combined uncertainty of the two medians' ratio, ± percent."""
+        return 100.0 * (math.exp(math.hypot(self.ci_log, other.ci_log)) - 1.0)
+
     def within_noise(self, other: ConfigScore) -> bool:
         """Whether the noise intervals (median ± 1.4826·MAD) of ``self`` and ``other`` overlap,
         so their order is not established by the repeats; False when neither has measured
@@ -102,6 +142,31 @@ class Choice:
     ranked: tuple[ConfigScore, ...]
     screened: tuple[ConfigScore, ...] = ()
     """Screening runs (measured once where others were repeated): never chosen here."""
+    tied_with: tuple[ConfigScore, ...] = ()
+    """The configs the answer is statistically tied with (module docstring): empty when the
+    level is no tie."""
+    drift_pct: float | None = None
+    """The baseline's drift at this level: (second run's median - first's) / first's, in
+    percent; None unless the baseline ran twice (the drift check)."""
+    baseline_runs: tuple[float, ...] = ()
+    """The baseline's median at this level in each of its runs (trials), oldest first."""
+
+    @property
+    def tie(self) -> bool:
+        return bool(self.tied_with)
+
+    def tie_line(self) -> str:
+        """The stderr note for a tie (after ``note: ``)."""
+        others = ", ".join(
+            f"{o.label()} ({_diff(o.median_tok_s, self.best.median_tok_s)}, within "
+            f"±{self.best.tie_pct(o):.1f}%)"
+            for o in self.tied_with
+        )
+        return (
+            f"tie at concurrency {self.concurrency}: {self.best.label()} "
+            f"({self.best.median_tok_s:,.1f} tok/s) vs {others}, 95% intervals of the median "
+            f"ratio; answering the preferred {self.best.label()}"
+        )
 
     @property
     def speedup(self) -> float | None:
@@ -116,10 +181,12 @@ class Choice:
             return None
         return 100.0 * (self.best.score_tok_s / self.runner_up.score_tok_s - 1.0)
 
-    def low_confidence(self, max_spread_pct: float) -> tuple[str, ...]:
+    def low_confidence(
+        self, max_spread_pct: float, precision_pct: float = DEFAULT_PRECISION_PCT
+    ) -> tuple[str, ...]:
         """Why the measurements cannot back this choice (empty: they can), one reason per
-        problem; see the module docstring for the rule. ``max_spread_pct`` is the study's
-        ``measurement.max_spread_pct``.
+        problem; see the module docstring for the rule. ``max_spread_pct`` and
+        ``precision_pct`` are the study's ``measurement.max_spread_pct`` and ``precision_pct``.
 
         Meant for one level's choice (``choose``); an all-levels choice (``choose_overall``)
         carries no per-level noise, so judge its levels one by one.
@@ -143,6 +210,12 @@ class Choice:
         for other in others:
             if other is not None and best.within_noise(other):
                 reasons.append(self._inside_noise(other))
+        if self.drift_pct is not None and abs(self.drift_pct) > precision_pct:
+            first, last = self.baseline_runs[0], self.baseline_runs[-1]
+            reasons.append(
+                f"the baseline drifted {self.drift_pct:+.1f}% during the study ({first:,.1f} "
+                f"then {last:,.1f} tok/s, over the study's precision of ±{precision_pct:g}%)"
+            )
         return tuple(reasons)
 
     def _inside_noise(self, other: ConfigScore) -> str:
@@ -159,6 +232,35 @@ class Choice:
             f"(± {_pct(best.noise_tok_s, best.median_tok_s)} and "
             f"± {_pct(other.noise_tok_s, other.median_tok_s)}, 1.4826·MAD over repeats)"
         )
+
+
+def median_ci_halfwidth_pct(throughputs: Sequence[float]) -> float:
+    """Half-width, in percent of the median, of the 95% confidence interval of the median
+    throughput of ``throughputs`` (one level's runs on one engine); ``inf`` below two runs.
+
+    A Student-t interval on log throughput: throughput noise is multiplicative (a slowed core
+    slows every request by a factor), and on the log scale the mean estimates the log median
+    under any symmetric noise, so ``exp(mean ± t·s/√n)`` bounds the median. A distribution-free
+    order-statistic interval would need at least 6 runs to reach 95% at all (its widest,
+    ``[min, max]``, covers 1 - 2/2^n), so it cannot stop at 3; the t-interval can, and it widens
+    honestly for few runs (t = 12.7 at 2 runs, 4.3 at 3). The quantile comes from
+    ``scipy.special.stdtrit`` (what ``scipy.stats.t.ppf`` calls, without the second it takes
+    to import ``scipy.stats``; scipy is installed with autotune for Optuna's GP sampler).
+    """
+    from scipy.special import stdtrit  # imported here: `import autotune` stays light
+
+    values = [math.log(t) for t in throughputs if t > 0]
+    n = len(values)
+    if n < 2 or n < len(throughputs):
+        return math.inf
+    sd = statistics.stdev(values)
+    half = float(stdtrit(n - 1, 0.5 + CONFIDENCE / 2)) * sd / math.sqrt(n)
+    # The interval is asymmetric on the linear scale; report its wider side.
+    return 100.0 * (math.exp(half) - 1.0)
+
+
+def _diff(value: float, reference: float) -> str:
+    return f"{100.0 * (value / reference - 1.0):+.1f}%" if reference > 0 else "-"
 
 
 def _pct(part: float, whole: float) -> str:
@@ -199,15 +301,29 @@ def _preference(s: ConfigScore) -> tuple[int, int]:
     return (s.num_speculative_tokens, 0 if s.draft is None else 1)
 
 
-def rank(scores: Iterable[ConfigScore], tie_pct: float = DEFAULT_TIE_PCT) -> list[ConfigScore]:
-    """Best first: the tie group of the top score ordered by preference, then the rest."""
+def rank(
+    scores: Iterable[ConfigScore], tie_pct: float = DEFAULT_TIE_PCT, statistical: bool = True
+) -> list[ConfigScore]:
+    """Best first: the tie group of the top score ordered by preference, then the rest.
+
+    The tie group holds the configs within ``tie_pct`` of the top score and, with
+    ``statistical``, the runner-up and the baseline where the top-scored config's median is
+    statistically tied with theirs (``ConfigScore.ties_with``; off for scores that are not one
+    level's repeats). Only those two: a config that is merely very noisy elsewhere in the
+    ranking does not capture the answer."""
     by_score = sorted(scores, key=lambda s: s.score_tok_s, reverse=True)
     if not by_score:
         return []
-    top = by_score[0].score_tok_s
-    threshold = top * (1.0 - tie_pct / 100.0)
-    tied = sorted((s for s in by_score if s.score_tok_s >= threshold), key=_preference)
-    rest = [s for s in by_score if s.score_tok_s < threshold]
+    top = by_score[0]
+    threshold = top.score_tok_s * (1.0 - tie_pct / 100.0)
+    contenders = [*by_score[1:2], *(s for s in by_score[1:] if s.is_baseline)]
+    stat = [s for s in contenders if statistical and top.ties_with(s)]
+
+    def in_group(s: ConfigScore) -> bool:
+        return s.score_tok_s >= threshold or any(s is t for t in stat)
+
+    tied = sorted((s for s in by_score if in_group(s)), key=_preference)
+    rest = [s for s in by_score if not in_group(s)]
     return tied + rest
 
 
@@ -238,8 +354,11 @@ def choose(
     workload: str,
     concurrency: int,
     tie_pct: float = DEFAULT_TIE_PCT,
+    statistical: bool = True,
 ) -> Choice | None:
-    """The recommendation for one cell, or None when nothing was measured there."""
+    """The recommendation for one cell, or None when nothing was measured there.
+    ``statistical=False`` ranks by the 1% tie rule alone (no statistical ties: the search
+    benchmarks judge the search, not the tie policy)."""
     digest = latest_digest(rows, workload)
     cell = [
         r
@@ -252,11 +371,26 @@ def choose(
     for r in cell:
         groups[config_id(r.speculative_config)].append(r)
     scores, screened = screen(score(g) for g in groups.values())
-    ranked = rank(scores, tie_pct)
+    # A statistical tie with the top-scored config joins the 1% tie group: the preference
+    # (off, then smaller N) picks among them.
+    ranked = rank(scores, tie_pct, statistical)
     best = ranked[0]
-    threshold = max(s.score_tok_s for s in scores) * (1.0 - tie_pct / 100.0)
-    tied = tuple(s for s in ranked if s.score_tok_s >= threshold)
+    top = max(scores, key=lambda s: s.score_tok_s)
+    threshold = top.score_tok_s * (1.0 - tie_pct / 100.0)
+    runner = sorted(scores, key=lambda s: s.score_tok_s, reverse=True)[1:2]
+    contenders = [*runner, *(s for s in scores if s.is_baseline and s is not top)]
+    group = [
+        s
+        for s in ranked
+        if s.score_tok_s >= threshold
+        or (statistical and any(s is c and top.ties_with(c) for c in contenders))
+    ]
+    # The answer's tie: the configs of its group it is statistically tied with (a config
+    # inside the 1% rule alone is no statistical tie).
+    tied_with = tuple(s for s in group if statistical and s is not best and best.ties_with(s))
     baseline = next((s for s in scores if s.is_baseline), None)
+    runs = _baseline_runs(cell)
+    drift = 100.0 * (runs[-1] / runs[0] - 1.0) if len(runs) > 1 and runs[0] > 0 else None
     return Choice(
         workload=workload,
         workload_digest=digest,
@@ -264,10 +398,63 @@ def choose(
         best=best,
         runner_up=ranked[1] if len(ranked) > 1 else None,
         baseline=baseline,
-        tied=tied,
+        tied=tuple(group),
         ranked=tuple(ranked),
         screened=tuple(screened),
+        tied_with=tied_with,
+        drift_pct=drift,
+        baseline_runs=runs,
     )
+
+
+@dataclass(frozen=True)
+class Drift:
+    """The baseline's drift at one level between its first and last run (the drift check)."""
+
+    workload: str
+    concurrency: int
+    runs: tuple[float, ...]
+    """Median throughput in each run (trial), oldest first."""
+
+    @property
+    def drift_pct(self) -> float:
+        return 100.0 * (self.runs[-1] / self.runs[0] - 1.0) if self.runs[0] > 0 else 0.0
+
+    def line(self, precision_pct: float) -> str:
+        """One line for `report`."""
+        over = abs(self.drift_pct) > precision_pct
+        verdict = "over" if over else "within"
+        return (
+            f"baseline drift {self.workload} c={self.concurrency}: {self.drift_pct:+.1f}% "
+            f"({self.runs[0]:,.1f} then {self.runs[-1]:,.1f} tok/s; {verdict} the study's "
+            f"precision of ±{precision_pct:g}%{', low confidence' if over else ''})"
+        )
+
+
+def baseline_drift(rows: Sequence[MeasuredRow]) -> list[Drift]:
+    """Every level where the baseline ran twice (current prompt sets only), sorted."""
+    out = []
+    for workload, concurrency in cells(rows):
+        digest = latest_digest(rows, workload)
+        cell = [
+            r
+            for r in rows
+            if (r.workload, r.concurrency, r.workload_digest) == (workload, concurrency, digest)
+        ]
+        runs = _baseline_runs(cell)
+        if len(runs) > 1:
+            out.append(Drift(workload, concurrency, runs))
+    return out
+
+
+def _baseline_runs(cell: Sequence[MeasuredRow]) -> tuple[float, ...]:
+    """The baseline's median throughput in each trial that measured it at this cell, oldest
+    trial first (two with the drift check)."""
+    by_trial: dict[int, list[float]] = defaultdict(list)
+    for r in cell:
+        if r.speculative_config is None:
+            by_trial[r.trial_id].append(r.output_throughput_tok_s)
+    return tuple(statistics.median(by_trial[t]) for t in sorted(by_trial))
 
 
 def cells(rows: Iterable[MeasuredRow]) -> list[tuple[str, int]]:
@@ -329,7 +516,8 @@ def choose_overall(
         )
         for g, geo in candidates
     ]
-    ranked = rank(proxies, tie_pct)
+    # The proxies pool every level's repeats: no statistical tie between them.
+    ranked = rank(proxies, tie_pct, statistical=False)
     threshold = max(s.score_tok_s for s in proxies) * (1.0 - tie_pct / 100.0)
     baseline = next((s for s in proxies if s.is_baseline), None)
     return Choice(

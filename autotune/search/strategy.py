@@ -17,6 +17,7 @@ from typing import Protocol
 
 from autotune.cluster.jobs import Cell
 from autotune.engine._base import EngineConfig, Measurement
+from autotune.recommend.choose import DEFAULT_PRECISION_PCT, median_ci_halfwidth_pct
 from autotune.search.space import SearchSpace
 from autotune.spec.loader import ResolvedStudy
 from autotune.store import MeasurementRecord
@@ -79,22 +80,95 @@ def plan_cells(study: ResolvedStudy) -> list[Cell]:
     ]
 
 
+def precise_enough(
+    throughputs: Sequence[float],
+    seconds: float,
+    *,
+    repeats: int,
+    precision_pct: float,
+    max_repeats: int | None,
+    max_level_s: float,
+) -> bool:
+    """Whether the sequential rule stops measuring a level: ``repeats`` runs are done and
+    either the median's 95% CI is within ±``precision_pct`` or a cap is hit (``max_repeats``
+    runs, default 3 × repeats and never below repeats; ``seconds``, the level's measured time
+    on this engine, reached ``max_level_s``)."""
+    n = len(throughputs)
+    cap = max(repeats, max_repeats if max_repeats is not None else 3 * repeats)
+    if n < repeats:
+        return False
+    if n >= cap or seconds >= max_level_s:
+        return True
+    return median_ci_halfwidth_pct(throughputs) <= precision_pct
+
+
+def uses_precision_rule(study: ResolvedStudy) -> bool:
+    """Whether the study re-measures levels to a precision (real engines, or a replay that sets
+    ``measurement.precision_pct``) rather than by the older spread rule: a replay cycles its
+    recorded repeats, so more of them add no information about the median, and the recorded
+    search benchmarks were run with the spread rule."""
+    return study.spec.engine.kind != "replay" or study.spec.measurement.precision_pct is not None
+
+
+def precision_pct(study: ResolvedStudy) -> float:
+    """The study's ``measurement.precision_pct``, or its default."""
+    p = study.spec.measurement.precision_pct
+    return DEFAULT_PRECISION_PCT if p is None else p
+
+
+def drift_check_enabled(study: ResolvedStudy) -> bool:
+    """``measurement.drift_check``; unset: on for real engines, off for replays (a replay's
+    engines do not drift, and the recorded search benchmarks ran without it)."""
+    d = study.spec.measurement.drift_check
+    return study.spec.engine.kind != "replay" if d is None else d
+
+
+def protocol_cell(study: ResolvedStudy, measured: Sequence[Measurement]) -> Cell | None:
+    """The next cell of the full protocol (every planned cell, then the sequential re-runs):
+    what an engine measures when no strategy screens its levels (the drift check's second
+    baseline)."""
+    done = {(m.workload, m.concurrency, m.repeat) for m in measured}
+    planned = next(
+        (c for c in plan_cells(study) if (c.workload, c.concurrency, c.repeat) not in done), None
+    )
+    return planned or noisy_cell(study, measured)
+
+
 def noisy_cell(study: ResolvedStudy, measured: Sequence[Measurement]) -> Cell | None:
-    """One more repeat of a level whose repeats on this engine spread wider than the study's
-    ``measurement.max_spread_pct`` (the report's "noisy" flag: (max - min) / median), up to
-    twice the study's repeats: a cell hit by interference is measured again while its engine
-    is warm instead of being flagged and kept."""
-    if not study.spec.measurement.remeasure_noisy:
+    """One more run of a level that is not yet measured precisely enough on this warm engine
+    (both strategies call it once their planned cells are done); None: none is.
+
+    Real engines use sequential stopping (:func:`precise_enough`): a level with its ``repeats``
+    runs is measured again while the 95% CI of its median is wider than
+    ``measurement.precision_pct``, up to ``max_repeats`` runs or ``max_level_s`` seconds. A
+    replay study (unless it sets ``precision_pct``) keeps the older rule: one more run while the
+    repeats spread wider than ``max_spread_pct`` ((max - min) / median), up to twice the
+    repeats. ``remeasure_noisy: false`` keeps exactly ``repeats`` per level either way."""
+    m = study.spec.measurement
+    if not m.remeasure_noisy:
         return None
     full = study.spec.repeats
-    limit = study.spec.measurement.max_spread_pct / 100.0
-    levels: dict[tuple[str, int], list[float]] = defaultdict(list)
-    for m in measured:
-        levels[(m.workload, m.concurrency)].append(m.output_throughput_tok_s)
-    for (workload, concurrency), tputs in sorted(levels.items()):
+    levels: dict[tuple[str, int], list[Measurement]] = defaultdict(list)
+    for x in measured:
+        levels[(x.workload, x.concurrency)].append(x)
+    precision = uses_precision_rule(study)
+    for (workload, concurrency), runs in sorted(levels.items()):
+        tputs = [x.output_throughput_tok_s for x in runs]
+        if precision:
+            done = precise_enough(
+                tputs,
+                sum(x.measure_s for x in runs),
+                repeats=full,
+                precision_pct=precision_pct(study),
+                max_repeats=m.max_repeats,
+                max_level_s=m.max_level_s,
+            )
+            if not done and len(tputs) >= full:
+                return Cell(workload=workload, concurrency=concurrency, repeat=len(tputs))
+            continue
         if len(tputs) < max(full, 2) or len(tputs) >= 2 * full:
             continue
         median = statistics.median(tputs)
-        if median > 0 and (max(tputs) - min(tputs)) / median > limit:
+        if median > 0 and (max(tputs) - min(tputs)) / median > m.max_spread_pct / 100.0:
             return Cell(workload=workload, concurrency=concurrency, repeat=len(tputs))
     return None

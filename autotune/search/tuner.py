@@ -4,6 +4,13 @@ Each engine config is one trial. Its job (start, warm up, the cells its strategy
 runs on a pool; measurements are stored as they arrive; every finished trial is mirrored into
 the study's Optuna study. Completed and failed configs are never measured twice, so an
 interrupted study resumes where it stopped.
+
+The drift check is the one exception: when the strategy has nothing more to propose, the
+baseline is started once more and measured at every level (``measurement.drift_check``), so
+the study brackets its drafters between two baseline runs. That second trial shares the
+baseline's config key; it counts as an engine start, is not mirrored into Optuna (the config is
+there already) and does not change the config's value (the first run's), and a resume finds it
+by counting the baseline's finished trials.
 """
 
 from __future__ import annotations
@@ -42,7 +49,13 @@ from autotune.search.samplers import (
     study_objective,
 )
 from autotune.search.space import SearchSpace
-from autotune.search.strategy import SearchState, Strategy, plan_cells
+from autotune.search.strategy import (
+    SearchState,
+    Strategy,
+    drift_check_enabled,
+    plan_cells,
+    protocol_cell,
+)
 from autotune.spec.loader import ResolvedStudy
 from autotune.store import MeasurementRecord, Store, StudyRecord
 
@@ -124,6 +137,8 @@ class _Trial:
     config: EngineConfig
     info: EngineInfo | None = None
     measurements: list[Measurement] = field(default_factory=list)
+    drift: bool = False
+    """The drift check's second baseline run."""
 
     @property
     def engine_seconds(self) -> float:
@@ -176,6 +191,10 @@ class Tuner:
         """The finished trials' stored measurements (None: read them again)."""
         self.started = 0
         self.engine_seconds = 0.0
+        self.finished = 0
+        """Trials finished in this run (the strategy is asked again after each)."""
+        self.runs_of: dict[str, int] = defaultdict(int)
+        """Config key -> finished (complete or failed) trials: 2 for a drift-checked baseline."""
 
     def run(self, max_configs: int | None = None) -> RunSummary:
         strategy = self._open()
@@ -184,7 +203,7 @@ class Tuner:
         self.reporter.begin(strategy.planned(self._state()), len(self.done))
         self.store.set_study_status(self.record.name, "running")
         stop, status, final = "", "", "interrupted"
-        asked: tuple[int, int] | None = None  # (finished trials, free slots) at the last ask
+        asked: tuple[int, int] | None = None  # (trials finished, free slots) at the last ask
         try:
             while True:
                 if not stop:
@@ -192,12 +211,15 @@ class Tuner:
                 free = pool.slots - pool.busy
                 # The strategy sees finished trials only: ask again once one finished or a
                 # slot freed up, not on every poll.
-                if not stop and free > 0 and asked != (len(self.done), free):
-                    asked = (len(self.done), free)
+                if not stop and free > 0 and asked != (self.finished, free):
+                    asked = (self.finished, free)
                     proposals = strategy.propose(self._state(), free)
                     for config in proposals:
                         self._submit(pool, job, config, strategy)
-                    if not proposals and not self.inflight:
+                    drift = self._drift_due() if not proposals and not self.inflight else None
+                    if drift is not None:
+                        self._submit(pool, job, drift, strategy, drift=True)
+                    elif not proposals and not self.inflight:
                         stop, status = strategy.reason or "nothing left to measure", "done"
                 if stop and not self.inflight:
                     break
@@ -233,6 +255,9 @@ class Tuner:
                 continue
             self.started += 1
             self.engine_seconds += t.engine_seconds or 0.0
+            self.runs_of[t.config_key] += 1
+            if self.runs_of[t.config_key] > 1:
+                continue  # the drift check's second baseline: the config's value is the first's
             self.done[t.config_key] = self._objective(rows[t.id]) if t.state == "complete" else None
             if len(level_medians(rows[t.id])) == self._num_levels:
                 self.everywhere.add(t.config_key)
@@ -252,15 +277,23 @@ class Tuner:
         )
 
     def _submit(
-        self, pool: Pool, job: Callable[..., TrialJob], config: EngineConfig, strategy: Strategy
+        self,
+        pool: Pool,
+        job: Callable[..., TrialJob],
+        config: EngineConfig,
+        strategy: Strategy,
+        drift: bool = False,
     ) -> None:
-        trial_id = self.store.start_trial(self.record, config, self.mirror.number(config))
-        self.inflight[trial_id] = _Trial(trial_id, config)
+        number = None if drift else self.mirror.number(config)
+        trial_id = self.store.start_trial(self.record, config, number)
+        self.inflight[trial_id] = _Trial(trial_id, config, drift=drift)
         self.started += 1
         self.summary.trials_started += 1
 
         def plan(measured: Sequence[Measurement]) -> Cell | None:
             # Runs in the driver before each cell: it sees the store as it is then.
+            if drift:  # the second baseline takes the full protocol at every level
+                return protocol_cell(self.study, measured)
             return strategy.next_cell(self._state(leave_out=trial_id), config, measured)
 
         pool.submit(job(trial_id=trial_id, config=config, plan=plan))
@@ -295,8 +328,11 @@ class Tuner:
             failure_reason=reason,
         )
         key = run.config.key()
-        self.done[key] = value
+        self.runs_of[key] += 1
+        self.finished += 1
         self._rows = None
+        if not run.drift:
+            self.done[key] = value
         if reason is not None:
             self.summary.trials_failed += 1
             self.summary.failures.append((run.config.label(), reason))
@@ -304,12 +340,30 @@ class Tuner:
             self.summary.trials_run += 1
             if len(level_medians(run.measurements)) == self._num_levels:
                 self.everywhere.add(key)
-        self.mirror.record(run.config, value, run.measurements, reason)
-        strategy.observe(run.config, value)
+        if not run.drift:
+            self.mirror.record(run.config, value, run.measurements, reason)
+            strategy.observe(run.config, value)
         self.reporter.trial_finished(run.config, value, reason, self._best())
         self.reporter.planned(strategy.planned(self._state()))
 
     # --- helpers ------------------------------------------------------------------------------
+
+    def _drift_due(self) -> EngineConfig | None:
+        """The baseline, when the drift check should run it once more now: the study checks
+        drift, has a baseline whose first run completed, and its second run has neither
+        finished (complete or failed: not retried, like any failed trial) nor started. An
+        interrupted second run is not finished, so a resume runs it again."""
+        if not drift_check_enabled(self.study):
+            return None
+        base = self.space.baseline()
+        if base is None:
+            return None
+        key = base.key()
+        if self.done.get(key) is None or self.runs_of[key] >= 2:
+            return None
+        if any(t.config.key() == key for t in self.inflight.values()):
+            return None
+        return base
 
     def _job_template(self) -> Callable[..., TrialJob]:
         """A TrialJob with everything but the trial, its config and its cell plan."""
@@ -319,7 +373,9 @@ class Tuner:
             workloads=self._prepare_workloads(),
             cells=plan_cells(self.study),
             settings=MeasureSettings(
-                requests_per_concurrency=m.requests_per_concurrency, timeout_s=m.timeout_s
+                requests_per_concurrency=m.requests_per_concurrency,
+                timeout_s=m.timeout_s,
+                min_measure_s=m.min_measure_s,
             ),
             warmup_requests=m.warmup_requests,
             start_timeout_s=m.start_timeout_s,

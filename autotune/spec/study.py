@@ -205,9 +205,48 @@ class MeasurementSpec(StrictModel):
     )
     remeasure_noisy: Bool = Field(
         True,
-        description="Measure a level again, up to twice `repeats`, while its repeats on a warm "
-        "engine spread wider than max_spread_pct (one more engine-free measurement each time); "
-        "false keeps exactly `repeats` per level.",
+        description="Sequential stopping: after `repeats` runs of a level on a warm engine, "
+        "measure it again while the 95% confidence interval of its median throughput is wider "
+        "than ±precision_pct (a replay study keeps the older rule, repeats spread over "
+        "max_spread_pct, unless it sets precision_pct), up to max_repeats runs or "
+        "max_level_s seconds; false keeps exactly `repeats` per level.",
+    )
+    precision_pct: Float | None = Field(
+        None,
+        gt=0,
+        le=100,
+        description="Target half-width, in percent of the median, of the 95% confidence "
+        "interval of a level's median throughput (t-interval on log throughput over the "
+        "level's runs on one engine). Default 3 on real engines; a replay study uses the "
+        "spread rule unless it sets this.",
+    )
+    max_repeats: Int | None = Field(
+        None,
+        ge=1,
+        le=1000,
+        description="Hard cap on runs of one level on one engine (default 3 x repeats; never "
+        "below repeats).",
+    )
+    max_level_s: Float = Field(
+        600.0,
+        gt=0,
+        le=7 * 86_400,
+        description="Time cap on one level on one engine: no more runs once its measured "
+        "seconds reach this.",
+    )
+    min_measure_s: Float = Field(
+        0.0,
+        ge=0,
+        le=86_400,
+        description="Each measurement keeps issuing requests (cycling the prompts) until at "
+        "least its number of requests is done and this many seconds have passed, so decode "
+        "dominates the timed window (0: off).",
+    )
+    drift_check: Bool | None = Field(
+        None,
+        description="When the search has nothing more to propose, start the baseline once "
+        "more and measure it at every level: its drift between the two runs is reported and "
+        "speedups use both. Default: on for real engines (engine kind vllm), off for replays.",
     )
 
 
