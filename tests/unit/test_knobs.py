@@ -369,6 +369,11 @@ def test_knobs_round_trip_through_study_export_recommend_and_check(tmp_path: Pat
     deployed.write_text(json.dumps(best))
     ok = autotune("check", "--model", "tiny", "--workload", "code", "--config", str(deployed))
     assert ok.exit_code == 0, ok.stderr
+    if importlib.util.find_spec("vllm") is not None:
+        # A knob at vLLM's default is the same config (check normalizes with vLLM's defaults).
+        deployed.write_text(json.dumps({**best, "rejection_sample_method": "standard"}))
+        same = autotune("check", "--model", "tiny", "--workload", "code", "--config", str(deployed))
+        assert same.exit_code == 0, same.stderr
     deployed.write_text(json.dumps({**best, "prompt_lookup_min": 1}))
     bad = autotune("check", "--model", "tiny", "--workload", "code", "--config", str(deployed))
     assert bad.exit_code == 1 and bad.stdout == "", bad
