@@ -162,7 +162,7 @@ def _knob_settings(recorded: set[tuple[tuple[str, Any], ...]]) -> list[dict[str,
     """The ``params`` of the method entries that cover a method's recorded knob combinations:
     one entry listing each knob's values when the combinations are a full grid (its variants),
     else one entry per combination."""
-    combos = sorted(recorded, key=params_key_of)
+    combos = sorted(recorded, key=_params_key_of)
     names = sorted({k for c in combos for k, _ in c})
     if len(combos) > 1 and all(len(c) == len(names) for c in combos):
         values = {n: sorted({dict(c)[n] for c in combos}, key=_order) for n in names}
@@ -174,7 +174,7 @@ def _knob_settings(recorded: set[tuple[tuple[str, Any], ...]]) -> list[dict[str,
     return [dict(c) for c in combos]
 
 
-def params_key_of(combo: tuple[tuple[str, Any], ...]) -> str:
+def _params_key_of(combo: tuple[tuple[str, Any], ...]) -> str:
     return params_key(dict(combo))
 
 

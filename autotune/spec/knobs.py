@@ -19,9 +19,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-KnobValue = int | bool | float | str
-"""A knob's value as the study file and ``--speculative-config`` carry it."""
-
 MAX_VARIANTS = 64
 """Most variants (combinations of listed knob values) one method entry may expand to: each is at
 least one engine start per N."""

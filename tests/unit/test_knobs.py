@@ -188,6 +188,20 @@ def test_cross_rules_and_cpu_notes():
         check_params("eagle3", {"draft_tensor_parallel_size": [1, 4]}, tensor_parallel_size=4) == []
     )
     assert check_params("eagle3", {"draft_tensor_parallel_size": 2}, tensor_parallel_size=4)
+    # Suffix decoding's knobs need arctic-inference (vLLM imports it for the method).
+    suffix = check_params("suffix", {"suffix_decoding_max_tree_depth": 8})
+    if importlib.util.find_spec("arctic_inference") is None:
+        assert suffix == [
+            (
+                "suffix_decoding_max_tree_depth",
+                "suffix_decoding_max_tree_depth needs the arctic_inference package installed",
+            )
+        ]
+    else:
+        assert suffix == []
+    assert check_params("suffix", {"suffix_decoding_min_token_prob": 1.5})[0][1].startswith(
+        "suffix_decoding_min_token_prob must lie in [0.0, 1.0]"
+    )
     # What vLLM's CPU build does not honour is a warning, not an error; standard/false is fine.
     assert cpu_warnings({"rejection_sample_method": "standard", "parallel_drafting": False}) == []
     (note,) = cpu_warnings({"rejection_sample_method": ["standard", "block"]})
@@ -369,6 +383,11 @@ def test_knobs_round_trip_through_study_export_recommend_and_check(tmp_path: Pat
     deployed.write_text(json.dumps(best))
     ok = autotune("check", "--model", "tiny", "--workload", "code", "--config", str(deployed))
     assert ok.exit_code == 0, ok.stderr
+    if importlib.util.find_spec("vllm") is not None:
+        # A knob at vLLM's default is the same config (check normalizes with vLLM's defaults).
+        deployed.write_text(json.dumps({**best, "rejection_sample_method": "standard"}))
+        same = autotune("check", "--model", "tiny", "--workload", "code", "--config", str(deployed))
+        assert same.exit_code == 0, same.stderr
     deployed.write_text(json.dumps({**best, "prompt_lookup_min": 1}))
     bad = autotune("check", "--model", "tiny", "--workload", "code", "--config", str(deployed))
     assert bad.exit_code == 1 and bad.stdout == "", bad
