@@ -32,6 +32,7 @@ from autotune.recommend.choose import (
     choose,
     choose_overall,
     latest_digest,
+    rank,
 )
 from autotune.spec.methods import config_id
 from autotune.spec.slo import SLO
@@ -162,13 +163,15 @@ def choose_slo(
     concurrency: int,
     slo: SLO,
     tie_pct: float = DEFAULT_TIE_PCT,
+    statistical: bool = True,
 ) -> SLOChoice | None:
     """The SLO-aware choice for one cell; None when nothing was measured there.
 
     With an empty SLO it agrees with the plain choice. Check ``best`` (None: nothing meets the
     SLO) or call :func:`require_slo` to raise :class:`NoConfigMeetsSLO` instead.
+    ``statistical=False``: the 1% tie rule alone, as in :func:`choose`.
     """
-    plain = choose(rows, workload, concurrency, tie_pct)
+    plain = choose(rows, workload, concurrency, tie_pct, statistical)
     if plain is None:
         return None
     digest = latest_digest(rows, workload)
@@ -178,21 +181,11 @@ def choose_slo(
     scores = tuple(
         LatencyScore(s, lat.get(config_id(s.speculative_config), empty)) for s in plain.ranked
     )
-    meeting = [s for s in scores if s.meets(slo)]
-    if meeting:
-        # Rank those that meet it exactly as choose() ranks a cell: tie rule, then preference.
-        top = max(s.config.score_tok_s for s in meeting)
-        threshold = top * (1.0 - tie_pct / 100.0)
-        tied = sorted(
-            (s for s in meeting if s.config.score_tok_s >= threshold),
-            key=lambda s: (s.config.num_speculative_tokens, 0 if s.config.draft is None else 1),
-        )
-        rest = sorted(
-            (s for s in meeting if s.config.score_tok_s < threshold),
-            key=lambda s: s.config.score_tok_s,
-            reverse=True,
-        )
-        meeting = tied + rest
+    # Those that meet it, ranked exactly as choose() ranks a cell: the 1% tie rule and the
+    # statistical tie with the runner-up or the baseline, then the preference (off, smaller N).
+    by_config = {id(s.config): s for s in scores if s.meets(slo)}
+    ranked = rank([s.config for s in by_config.values()], tie_pct, statistical)
+    meeting = [by_config[id(c)] for c in ranked]
     return SLOChoice(slo=slo, plain=plain, meeting=tuple(meeting), scores=scores)
 
 

@@ -195,28 +195,41 @@ def test_a_good_slo_block_loads(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("level", "slo", "expected"),
+    ("level", "slo", "plain", "expected"),
     [
-        # n-gram N=3 is fastest at 8 in flight, but its multi-token chunks widen the gaps
-        # between streamed chunks (p99 ITL 26.8 ms against 12.0 without speculation).
-        (8, SLO(itl_p99_ms=20), "off (no speculation)"),
-        # Only n-gram N=4 answers first within 100 ms at the p99 (92.3 ms).
-        (8, SLO(ttft_p99_ms=100), "ngram N=4"),
-        # At one in flight only N=4 keeps p99 TPOT under 2.5 ms (2.4 ms; N=3 2.6 ms).
-        (1, SLO(tpot_p99_ms=2.5), "ngram N=4"),
+        # At 8 in flight n-gram N=3 has the best median (1826 tok/s), but the baseline's three
+        # repeats spread 44 %, so the two are statistically tied and the plain answer is off;
+        # off answers first in more than 100 ms at the p99, and only n-gram N=4 is within
+        # (92.3 ms).
+        (8, SLO(ttft_p99_ms=100), "off (no speculation)", "ngram N=4"),
+        # At one in flight N=1 and N=3 are tied (plain: N=1); only N=4 keeps p99 TPOT under
+        # 2.5 ms (2.4 ms; N=3 2.6 ms).
+        (1, SLO(tpot_p99_ms=2.5), "ngram N=1", "ngram N=4"),
     ],
 )
 def test_the_slo_changes_the_choice_where_the_data_says_so(
-    rows: list[Row], level: int, slo: SLO, expected: str
+    rows: list[Row], level: int, slo: SLO, plain: str, expected: str
 ) -> None:
     choice = choose_slo(rows, "code", level, slo)
     assert choice is not None and choice.best is not None
-    assert choice.plain.best.label() == "ngram N=3"
+    assert choice.plain.best.label() == plain
     assert choice.best.config.label() == expected
     assert choice.changed and choice.best.meets(slo)
     # Everything faster than the SLO's choice breaks the SLO.
     faster = [s for s in choice.scores if s.config.score_tok_s > choice.best.config.score_tok_s]
     assert faster and not any(s.meets(slo) for s in faster)
+
+
+def test_an_slo_the_plain_answer_meets_changes_nothing(rows: list[Row]) -> None:
+    # n-gram's multi-token chunks widen the gaps between streamed chunks at 8 in flight (p99
+    # ITL 26.8 ms for N=3 against 12.0 ms without speculation): a 20 ms ITL limit keeps off,
+    # which the plain choice already is (its tie with N=3).
+    choice = choose_slo(rows, "code", 8, SLO(itl_p99_ms=20))
+    assert choice is not None and choice.best is not None
+    assert choice.best.config.label() == "off (no speculation)" and not choice.changed
+    assert not next(s for s in choice.scores if s.config.label() == "ngram N=3").meets(
+        SLO(itl_p99_ms=20)
+    )
 
 
 def test_as_choice_is_a_plain_choice_among_those_that_meet_it(rows: list[Row]) -> None:
@@ -377,7 +390,8 @@ def test_recommend_under_an_slo_from_the_command_line(autotune, db_path: Path) -
     args = ("recommend", "--model", "org/tiny", "--workload", "code", "--concurrency", "8")
     plain = autotune(*args)
     assert plain.exit_code == 0, plain.stderr
-    assert json.loads(plain.stdout)["num_speculative_tokens"] == 3
+    # n-gram N=3's median is best, but inside the baseline's noise: a tie, answered "off"
+    assert json.loads(plain.stdout) is None and "tie at concurrency 8" in plain.stderr
     # n-gram's multi-token chunks break a 20 ms p99 ITL at 8 in flight: no speculation.
     under = autotune(*args, "--slo-itl-p99", "20")
     assert under.exit_code == 0, under.stderr
@@ -577,11 +591,13 @@ def test_the_slo_winner_of_the_recording_is_never_skipped(
     tmp_path: Path, rows: list[Row], slo: dict[str, float], seed: int
 ) -> None:
     """Whatever the replay's draws, the config that the whole recording (every repeat) says is
-    best under the SLO at a level was measured there: the SLO never prunes the winner."""
+    best under the SLO at a level was measured there: the SLO never prunes the winner. The
+    winner by throughput (no statistical ties: which of two tied configs is preferred is the
+    answer's policy, not the search's)."""
     store, study = _replayed(tmp_path, "s", seed, slo=slo)
     measured = store.measurements(study=study.name)
     for level in (1, 8):
-        truth = choose_slo(rows, "code", level, SLO(**slo))
+        truth = choose_slo(rows, "code", level, SLO(**slo), statistical=False)
         assert truth is not None
         if truth.best is None:
             continue  # nothing in the recording meets it: no winner to keep
