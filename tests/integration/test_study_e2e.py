@@ -39,6 +39,10 @@ def _study(tmp_path: Path, name: str, methods: list[dict], concurrency=(1, 2)) -
             "requests_per_concurrency": 2,
             "timeout_s": 300,
             "start_timeout_s": 600,
+            # Exactly the runs these tests count: no sequential re-measures, no second baseline
+            # engine (the protocol's own tests cover both: tests/unit/test_protocol.py).
+            "remeasure_noisy": False,
+            "drift_check": False,
         },
     }
     path = tmp_path / f"{name}.yaml"
