@@ -574,21 +574,30 @@ class VLLMEngine(Engine):
         if workload.digest in self._rendered:
             return self._rendered[workload.digest]
         tokenizer = self._engine.get_tokenizer() if workload.chat_template else None
-        rendered: list[Any] = []
-        for prompt in workload.prompts:
-            if tokenizer is not None and getattr(tokenizer, "chat_template", None):
-                text = tokenizer.apply_chat_template(
-                    [{"role": "user", "content": prompt.text}],
-                    tokenize=False,
-                    add_generation_prompt=True,
-                )
-                # The template already holds the special tokens (BOS), as in vLLM's chat server.
-                ids = tokenizer.encode(text, add_special_tokens=False)
-                rendered.append({"prompt_token_ids": list(ids)})
-            else:
-                rendered.append(prompt.text)
+        rendered = render_prompts(tokenizer, workload)
         self._rendered[workload.digest] = rendered
         return rendered
+
+
+def render_prompts(tokenizer: Any, workload: PreparedWorkload) -> list[Any]:
+    """The prompts as the engine sends them: chat-templated token ids when the workload asks for
+    the template and ``tokenizer`` has one, else the raw text (vLLM tokenizes it). Also what
+    ``autotune export --speculators-data`` sends, so its responses answer the measured prompts."""
+    templated = workload.chat_template and getattr(tokenizer, "chat_template", None)
+    rendered: list[Any] = []
+    for prompt in workload.prompts:
+        if templated:
+            text = tokenizer.apply_chat_template(
+                [{"role": "user", "content": prompt.text}],
+                tokenize=False,
+                add_generation_prompt=True,
+            )
+            # The template already holds the special tokens (BOS), as in vLLM's chat server.
+            ids = tokenizer.encode(text, add_special_tokens=False)
+            rendered.append({"prompt_token_ids": list(ids)})
+        else:
+            rendered.append(prompt.text)
+    return rendered
 
 
 def _vllm_platform_name(current_platform: Any) -> str:

@@ -93,14 +93,7 @@ def prepared_workload(resolved: ResolvedStudy, workload: str) -> PreparedWorkloa
     ``measurement.max_prompts``/``max_tokens`` caps applied), with their digest."""
     from autotune.datasets import prepare
 
-    w = resolved.workloads[workload]
-    spec, m = w.spec, resolved.spec.measurement
-    caps: dict[str, Any] = {}
-    if m.max_prompts is not None and m.max_prompts < spec.num_prompts:
-        caps["num_prompts"] = m.max_prompts
-    if m.max_tokens is not None and m.max_tokens < spec.max_tokens:
-        caps["max_tokens"] = m.max_tokens
-    return prepare(spec.model_copy(update=caps), Path(w.base_dir))
+    return prepare(*resolved.measured_workload(workload))
 
 
 def measured_prompts(
@@ -177,7 +170,7 @@ def generate_responses(resolved: ResolvedStudy, prepared: PreparedWorkload) -> l
         raise EngineError(f"vllm is not importable: {exc}") from None
     from autotune.engine._base import EngineConfig
     from autotune.engine.platform import gpu_runtime
-    from autotune.engine.vllm import build_engine_kwargs, one_line_reason
+    from autotune.engine.vllm import build_engine_kwargs, one_line_reason, render_prompts
 
     config = EngineConfig(
         model=resolved.model,
@@ -227,25 +220,6 @@ def generate_responses(resolved: ResolvedStudy, prepared: PreparedWorkload) -> l
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
-
-
-def render_prompts(tokenizer: Any, prepared: PreparedWorkload) -> list[Any]:
-    """The prompts as the study's engine sends them (``VLLMEngine._render``): with the chat
-    template when the workload asks for it and the tokenizer has one, else the raw text."""
-    templated = prepared.chat_template and getattr(tokenizer, "chat_template", None)
-    rendered: list[Any] = []
-    for prompt in prepared.prompts:
-        if templated:
-            text = tokenizer.apply_chat_template(
-                [{"role": "user", "content": prompt.text}],
-                tokenize=False,
-                add_generation_prompt=True,
-            )
-            ids = tokenizer.encode(text, add_special_tokens=False)
-            rendered.append({"prompt_token_ids": list(ids)})
-        else:
-            rendered.append(prompt.text)
-    return rendered
 
 
 def response_rows(

@@ -422,14 +422,4 @@ class Tuner:
             from autotune.datasets import prepare as prepare_fn
 
             prepare = prepare_fn
-        m = study.spec.measurement
-        prepared = []
-        for w in study.workloads.values():
-            spec = w.spec
-            caps: dict[str, Any] = {}
-            if m.max_prompts is not None and m.max_prompts < spec.num_prompts:
-                caps["num_prompts"] = m.max_prompts
-            if m.max_tokens is not None and m.max_tokens < spec.max_tokens:
-                caps["max_tokens"] = m.max_tokens
-            prepared.append(prepare(spec.model_copy(update=caps), Path(w.base_dir)))
-        return prepared
+        return [prepare(*study.measured_workload(name)) for name in study.workloads]

@@ -278,6 +278,19 @@ class ResolvedStudy(StrictModel):
         None, description="Who consented: the study file, or the catalog entry (with its source)."
     )
 
+    def measured_workload(self, name: str) -> tuple[WorkloadSpec, Path]:
+        """Workload ``name`` as the study measures it: its snapshot with the study's
+        ``measurement.max_prompts``/``max_tokens`` caps applied, and its base directory (what
+        ``autotune.datasets.prepare`` takes)."""
+        w = self.workloads[name]
+        m = self.spec.measurement
+        caps: dict[str, Any] = {}
+        if m.max_prompts is not None and m.max_prompts < w.spec.num_prompts:
+            caps["num_prompts"] = m.max_prompts
+        if m.max_tokens is not None and m.max_tokens < w.spec.max_tokens:
+            caps["max_tokens"] = m.max_tokens
+        return w.spec.model_copy(update=caps), Path(w.base_dir)
+
     def to_json(self) -> str:
         return self.model_dump_json()
 
