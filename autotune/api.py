@@ -744,12 +744,16 @@ class WorkloadView:
     stats: dict[str, Any]
     origin: Any
     """Where the prompts come from (:func:`autotune.datasets.provenance`)."""
+    prompt_lengths: list[int] = field(default_factory=list)
+    """Each prompt's length in tokens (characters where no tokenizer loads)."""
+    length_unit: str = "tokens"
 
 
 def show_workload(name: str, tokenizer: str | None = None) -> WorkloadView:
     """A workload's prompts and token statistics, counted with ``tokenizer`` (HF id, path or
     ``tiny:NAME``) or, by default, the byte-level BPE of autotune's tiny CPU model."""
     from autotune.datasets import prepare, provenance, token_stats
+    from autotune.datasets.stats import prompt_lengths
     from autotune.spec.loader import load_workload
 
     spec, path = load_workload(name)
@@ -757,7 +761,11 @@ def show_workload(name: str, tokenizer: str | None = None) -> WorkloadView:
     tok_name = tokenizer or "autotune's tiny BPE; --tokenizer MODEL for your model's"
     tok = _load_tokenizer(tokenizer) if tokenizer else _default_tokenizer()
     stats = token_stats(list(prepared.prompts), tok)
-    return WorkloadView(spec, Path(path), prepared, tok_name, stats, provenance(spec))
+    lengths = prompt_lengths(list(prepared.prompts), tok)
+    unit = "tokens" if tok is not None else "chars"
+    return WorkloadView(
+        spec, Path(path), prepared, tok_name, stats, provenance(spec), lengths, unit
+    )
 
 
 def _default_tokenizer() -> Any:
