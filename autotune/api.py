@@ -54,6 +54,7 @@ def create_study(
     from autotune.recommend.validate import validate_study
 
     validate_study(resolved, source)  # vLLM's verdict now, so recommend never imports vLLM
+    check_prompts(resolved)
     store.ensure_optuna_schema()  # both schemas exist before anything else is written
     # --replace deletes the study's trials: never under a live driver (StudyBusyError).
     with store.lease(spec.name) if replace else contextlib.nullcontext():
@@ -69,6 +70,41 @@ def create_study(
         if replace:
             _delete_optuna_study(store, record.optuna_study_name)
     return Created(record, resolved)
+
+
+def check_prompts(resolved: ResolvedStudy) -> None:
+    """Load every workload of the study as it will be measured (a bad request log fails here,
+    before anything is written) and refuse one whose prompts look like random tokens
+    (:mod:`autotune.datasets.prompt_check`). Hub datasets (``kind: hf``) are left to the run:
+    the hub may be reachable only there."""
+    from autotune.datasets import prepare
+    from autotune.datasets.prompt_check import random_prompts
+
+    for name in resolved.workloads:
+        spec, base_dir = resolved.measured_workload(name)
+        if spec.source.kind == "hf":
+            continue
+        origin = f"workload {name}"
+        prepared = prepare(spec, base_dir, origin=origin)
+        verdict = random_prompts([p.text for p in prepared.prompts])
+        if verdict is not None:
+            raise SpecError(verdict.line(), source=origin, field="source")
+
+
+def degenerate_lines(store: Store, study: str) -> list[str]:
+    """One line per cell of the study whose replies were mostly loops (the guard,
+    :mod:`autotune.engine.degeneracy`): what `study run` and `report` note, so a flagged cell
+    never decides a winner silently."""
+    from autotune.engine.degeneracy import flag_line
+    from autotune.report.frames import degenerate_cells, frame_from_records
+
+    cells = degenerate_cells(frame_from_records(store.measurements(study=study)))
+    return [
+        flag_line(
+            c["loop_share"], c["distinct_4gram_ratio"], f"{c['workload']} c={c['concurrency']}"
+        )
+        for c in cells
+    ]
 
 
 def create_replay_study(
@@ -433,6 +469,16 @@ class Recommendation:
             c
             for c in self.per_level
             if c.tie and (self.concurrency is None or c.concurrency == self.concurrency)
+        )
+
+    @property
+    def degenerate(self) -> tuple[Any, ...]:
+        """The levels of the answer whose replies were mostly loops (``Choice.degenerate``):
+        ``concurrency``'s, else every level's."""
+        return tuple(
+            c
+            for c in self.per_level
+            if c.degenerate and (self.concurrency is None or c.concurrency == self.concurrency)
         )
 
     def is_low_confidence(self, concurrency: int) -> bool:
