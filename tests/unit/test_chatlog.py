@@ -338,3 +338,26 @@ def test_histogram_bins_cover_every_value() -> None:
     bins = histogram(list(range(100)), bins=4)
     assert [b.count for b in bins] == [25, 25, 25, 25]
     assert (bins[0].lo, bins[-1].hi) == (0, 99)
+
+
+def test_the_server_path_sends_the_rendered_history(tmp_path: Path) -> None:
+    """Through ``vllm bench serve`` (whose custom dataset renders one user turn) a chat log's
+    prompts are written already rendered by the target's template, and the benchmark skips
+    its own: the server gets the same text the harness renders."""
+    from autotune.engine import default_tokenizer
+    from autotune.engine.serve import prerendered, requests_file
+
+    tok = default_tokenizer()
+    assert tok is not None and tok.chat_template
+    write_jsonl(
+        tmp_path / "in.jsonl",
+        [batch_line("a", [SYSTEM, user("q1"), assistant("a1"), user("q2")], max_tokens=9)],
+    )
+    workload = prepare(spec({"kind": "openai_batch", "path": "in.jsonl"}), tmp_path)
+    assert prerendered(workload)
+    (row,) = [json.loads(x) for x in requests_file(workload, 1, tmp_path, tok).open()]
+    expected = tok.apply_chat_template(
+        workload.prompts[0].chat(), add_generation_prompt=True, tokenize=False
+    )
+    assert row == {"prompt": expected, "output_tokens": 9}
+    assert "q1" in expected and "a1" in expected and expected.count("q2") == 1
