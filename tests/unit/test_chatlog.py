@@ -361,3 +361,19 @@ def test_the_server_path_sends_the_rendered_history(tmp_path: Path) -> None:
     )
     assert row == {"prompt": expected, "output_tokens": 9}
     assert "q1" in expected and "a1" in expected and expected.count("q2") == 1
+
+
+def test_workload_show_prints_the_length_histograms_and_turns(autotune) -> None:
+    out = autotune("workload", "show", "support-chat", "--count", "1")
+    assert out.exit_code == 0, out
+    assert "turns   turn 1: 12  turn 2: 11  turn 3: 5" in out.stdout
+    assert "prompt length (tokens)" in out.stdout and "output length" in out.stdout
+    assert "█" in out.stdout and "temperature 0.0" in out.stdout
+    doc = json.loads(autotune("workload", "show", "support-chat", "--json").stdout)
+    assert doc["turns"] == {"1": 12, "2": 11, "3": 5} and doc["temperature"] == 0.0
+    assert len(doc["prompt_lengths"]) == len(doc["output_lengths"]) == 28
+    for key, values in (("prompt", doc["prompt_lengths"]), ("output", doc["output_lengths"])):
+        bins = doc[f"{key}_length_histogram"]
+        assert sum(b["count"] for b in bins) == 28
+        assert bins[0]["lo"] == min(values) and bins[-1]["hi"] == max(values)
+    assert doc["sample_messages"][0][0]["role"] == "system"
