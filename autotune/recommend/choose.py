@@ -320,7 +320,8 @@ def score(rows: Sequence[MeasuredRow]) -> ConfigScore:
         for i, a in enumerate(r.accepted_per_pos):
             per_pos[i] += a
     first = rows[0]
-    loops = [r.loop_share for r in rows if r.loop_share is not None]
+    # Rows without the guard's fields (a recorded sweep's) count as not checked.
+    loops = [x for r in rows if (x := getattr(r, "loop_share", None)) is not None]
     return ConfigScore(
         method=first.method,
         draft=first.draft,
@@ -340,7 +341,7 @@ def score(rows: Sequence[MeasuredRow]) -> ConfigScore:
 
 def _mean_of(rows: Sequence[MeasuredRow], name: str) -> float | None:
     """The mean of a guard field over the rows that have it, weighted by their requests."""
-    pairs = [(getattr(r, name), r.num_requests) for r in rows if getattr(r, name) is not None]
+    pairs = [(value, r.num_requests) for r in rows if (value := getattr(r, name, None)) is not None]
     total = sum(n for _, n in pairs)
     return sum(v * n for v, n in pairs) / total if total else None
 
