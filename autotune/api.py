@@ -54,6 +54,7 @@ def create_study(
     from autotune.recommend.validate import validate_study
 
     validate_study(resolved, source)  # vLLM's verdict now, so recommend never imports vLLM
+    check_prompts(resolved)
     store.ensure_optuna_schema()  # both schemas exist before anything else is written
     # --replace deletes the study's trials: never under a live driver (StudyBusyError).
     with store.lease(spec.name) if replace else contextlib.nullcontext():
@@ -69,6 +70,41 @@ def create_study(
         if replace:
             _delete_optuna_study(store, record.optuna_study_name)
     return Created(record, resolved)
+
+
+def check_prompts(resolved: ResolvedStudy) -> None:
+    """Load every workload of the study as it will be measured (a bad request log fails here,
+    before anything is written) and refuse one whose prompts look like random tokens
+    (:mod:`autotune.datasets.prompt_check`). Hub datasets (``kind: hf``) are left to the run:
+    the hub may be reachable only there."""
+    from autotune.datasets import prepare
+    from autotune.datasets.prompt_check import random_prompts
+
+    for name in resolved.workloads:
+        spec, base_dir = resolved.measured_workload(name)
+        if spec.source.kind == "hf":
+            continue
+        origin = f"workload {name}"
+        prepared = prepare(spec, base_dir, origin=origin)
+        verdict = random_prompts([p.text for p in prepared.prompts])
+        if verdict is not None:
+            raise SpecError(verdict.line(), source=origin, field="source")
+
+
+def degenerate_lines(store: Store, study: str) -> list[str]:
+    """One line per cell of the study whose replies were mostly loops (the guard,
+    :mod:`autotune.engine.degeneracy`): what `study run` and `report` note, so a flagged cell
+    never decides a winner silently."""
+    from autotune.engine.degeneracy import flag_line
+    from autotune.report.frames import degenerate_cells, frame_from_records
+
+    cells = degenerate_cells(frame_from_records(store.measurements(study=study)))
+    return [
+        flag_line(
+            c["loop_share"], c["distinct_4gram_ratio"], f"{c['workload']} c={c['concurrency']}"
+        )
+        for c in cells
+    ]
 
 
 def create_replay_study(
@@ -435,6 +471,16 @@ class Recommendation:
             if c.tie and (self.concurrency is None or c.concurrency == self.concurrency)
         )
 
+    @property
+    def degenerate(self) -> tuple[Any, ...]:
+        """The levels of the answer whose replies were mostly loops (``Choice.degenerate``):
+        ``concurrency``'s, else every level's."""
+        return tuple(
+            c
+            for c in self.per_level
+            if c.degenerate and (self.concurrency is None or c.concurrency == self.concurrency)
+        )
+
     def is_low_confidence(self, concurrency: int) -> bool:
         """Whether the level ``concurrency`` of ``per_level`` is low-confidence."""
         return any(lc.concurrency == concurrency for lc in self.low_confidence_levels)
@@ -744,12 +790,16 @@ class WorkloadView:
     stats: dict[str, Any]
     origin: Any
     """Where the prompts come from (:func:`autotune.datasets.provenance`)."""
+    prompt_lengths: list[int] = field(default_factory=list)
+    """Each prompt's length in tokens (characters where no tokenizer loads)."""
+    length_unit: str = "tokens"
 
 
 def show_workload(name: str, tokenizer: str | None = None) -> WorkloadView:
     """A workload's prompts and token statistics, counted with ``tokenizer`` (HF id, path or
     ``tiny:NAME``) or, by default, the byte-level BPE of autotune's tiny CPU model."""
     from autotune.datasets import prepare, provenance, token_stats
+    from autotune.datasets.stats import prompt_lengths
     from autotune.spec.loader import load_workload
 
     spec, path = load_workload(name)
@@ -757,7 +807,11 @@ def show_workload(name: str, tokenizer: str | None = None) -> WorkloadView:
     tok_name = tokenizer or "autotune's tiny BPE; --tokenizer MODEL for your model's"
     tok = _load_tokenizer(tokenizer) if tokenizer else _default_tokenizer()
     stats = token_stats(list(prepared.prompts), tok)
-    return WorkloadView(spec, Path(path), prepared, tok_name, stats, provenance(spec))
+    lengths = prompt_lengths(list(prepared.prompts), tok)
+    unit = "tokens" if tok is not None else "chars"
+    return WorkloadView(
+        spec, Path(path), prepared, tok_name, stats, provenance(spec), lengths, unit
+    )
 
 
 def _default_tokenizer() -> Any:

@@ -130,6 +130,10 @@ def recommend(
     the answer, a "note: tie at concurrency C: ..." line on stderr says so, and --json carries
     "tie": true and "tied_with".
 
+    A level is degenerate when more than half of its replies ended in a repeating loop (drafts
+    are accepted on loops, so the speedup overstates real replies): a "note: degenerate outputs
+    at ..." line on stderr, "degenerate": true and the figures in "output_degeneracy" in --json.
+
     Under a latency SLO (the --slo-* options, else the study's slo: block) only configs whose
     measured p99 latencies (median over repeats) meet every limit are chosen; when none does it
     exits 1 naming the closest. Published starting points carry no latency, so an SLO never
@@ -162,6 +166,7 @@ def recommend(
         *rec.notes,
         *(lc.line() for lc in rec.low_confidence),
         *(t.tie_line() for t in rec.ties),
+        *(c.degenerate_line() for c in rec.degenerate),
     )
     for note in lines:
         click.echo(f"note: {note}", err=True)
@@ -217,6 +222,18 @@ def _measured_json(rec: Any, shown: Any) -> dict[str, Any]:
             }
             for t in rec.ties
             for o in t.tied_with
+        ],
+        "degenerate": bool(rec.degenerate),
+        "output_degeneracy": [
+            {
+                "concurrency": c.concurrency,
+                "loop_share": c.loop_share,
+                "distinct_4gram_ratio": c.distinct_4gram_ratio,
+                "loop_at_max_tokens_share": c.loop_at_max_tokens_share,
+                "degenerate": c.degenerate,
+            }
+            for c in rec.per_level
+            if rec.concurrency is None or c.concurrency == rec.concurrency
         ],
         "baseline_drift": [
             {"concurrency": c.concurrency, "drift_pct": c.drift_pct}

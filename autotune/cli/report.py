@@ -65,7 +65,9 @@ def report(
 
     Prints a table (★ marks the recommended config of each workload × concurrency; repeats
     that disagree by more than the study's max_spread_pct are flagged noisy), the baseline's
-    drift per level when the study ran it twice (measurement.drift_check), then, where the
+    drift per level when the study ran it twice (measurement.drift_check), a "note:
+    degenerate outputs" line per cell where most replies ended in a repeating loop (the
+    guard: drafts are accepted on loops), then, where the
     engine recorded latencies, each level's Pareto front of throughput vs p99 TPOT (with
     goodput and whether each config meets the study's slo:), and writes the plots and exports
     asked for. Exits 1 when the study has no measurements yet.
@@ -77,6 +79,7 @@ def report(
     """
     from autotune import api
     from autotune.report import provenance, summary_table
+    from autotune.report.frames import degenerate_cells
     from autotune.report.table import front_table
 
     rep = api.report_study(
@@ -88,7 +91,10 @@ def report(
         parquet=parquet_path,
     )
     df, summary, written = rep.frame, rep.summary, rep.written
+    degenerate = degenerate_cells(df)
     for line in rep.notes:
+        note(f"note: {line}")
+    for line in api.degenerate_lines(ctx.store(), study_name):  # outputs that fake acceptance
         note(f"note: {line}")
     if as_json or fmt == "json":
         echo_json(
@@ -104,6 +110,7 @@ def report(
                     {"workload": d.workload, "concurrency": d.concurrency, "drift_pct": d.drift_pct}
                     for d in rep.drift
                 ],
+                "degenerate_cells": degenerate,
                 "files": [str(p) for p in written],
             }
         )

@@ -421,6 +421,8 @@ def _run(
     )
     for label, reason in summary.failures:
         click.echo(f"  failed: {label}: {reason}")
+    for line in api.degenerate_lines(store, name):  # the guard: loops decided these cells
+        note(f"note: {line}")
     if not quiet:
         for line in api.next_steps(record):
             # the same store as this run's, or the next command reads another one

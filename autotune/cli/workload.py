@@ -73,14 +73,23 @@ def list_(as_json: bool, fmt: str) -> None:
 def show(name: str, count: int, tokenizer: str | None, as_json: bool) -> None:
     """Show a workload: its settings, sample prompts and token statistics.
 
+    Prints the prompt- and output-length distributions as histograms (the bins are in
+    ``--json``), the requests' turn counts (a chat log's later turns carry their history), the
+    temperature and the digest that keys every measurement of these prompts.
+
     \b
     Example:
       autotune workload show code
       autotune workload show chat --tokenizer Qwen/Qwen3-Next-80B-A3B-Instruct
     """
+    from dataclasses import asdict
+
     from autotune import api
+    from autotune.datasets.stats import histogram, turn_counts
 
     view = api.show_workload(name, tokenizer)
+    outputs = [p.max_tokens for p in view.prepared.prompts]
+    turns = turn_counts(list(view.prepared.prompts))
     spec, path, prepared, tok_name, stats = (
         view.spec,
         view.path,
@@ -98,7 +107,15 @@ def show(name: str, count: int, tokenizer: str | None, as_json: bool) -> None:
                 "data_note": view.origin.note,
                 "tokenizer": tok_name,
                 "stats": stats,
+                "temperature": spec.temperature,
+                "turns": {str(k): v for k, v in turns.items()},
+                "prompt_length_unit": view.length_unit,
+                "prompt_lengths": view.prompt_lengths,
+                "output_lengths": outputs,
+                "prompt_length_histogram": [asdict(b) for b in histogram(view.prompt_lengths)],
+                "output_length_histogram": [asdict(b) for b in histogram(outputs)],
                 "samples": [p.text for p in prepared.prompts[:count]],
+                "sample_messages": [p.chat() for p in prepared.prompts[:count]],
             }
         )
         return
@@ -113,10 +130,28 @@ def show(name: str, count: int, tokenizer: str | None, as_json: bool) -> None:
     )
     click.echo(f"digest  {prepared.digest}")
     click.echo(f"tokens  ({tok_name})  " + "  ".join(f"{k} {_fmt(v)}" for k, v in stats.items()))
+    click.echo("turns   " + "  ".join(f"turn {k}: {v}" for k, v in turns.items()))
+    _print_histogram(f"prompt length ({view.length_unit})", view.prompt_lengths)
+    _print_histogram("output length (max_tokens per request)", outputs)
     for i, p in enumerate(prepared.prompts[:count]):
         text = p.text if len(p.text) <= 600 else p.text[:600] + " …"
-        click.echo(f"\n--- prompt {i} (max_tokens {p.max_tokens}) ---")
+        turn = f", turn {p.turn}" if p.messages else ""
+        click.echo(f"\n--- prompt {i} (max_tokens {p.max_tokens}{turn}) ---")
         click.echo(text)
+
+
+def _print_histogram(title: str, values: list[int], width: int = 40) -> None:
+    from autotune.datasets.stats import histogram
+
+    bins = histogram(values)
+    if not bins:
+        return
+    click.echo(f"\n{title}")
+    peak = max(b.count for b in bins)
+    span = max(len(f"{b.lo}-{b.hi}") for b in bins)
+    for b in bins:
+        bar = "█" * max(1 if b.count else 0, round(width * b.count / peak))
+        click.echo(f"  {f'{b.lo}-{b.hi}':>{span}}  {bar} {b.count}")
 
 
 def _fmt(v: Any) -> str:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from autotune.engine._base import ChatMessage
 from autotune.errors import SpecError
 from autotune.spec.workload import WorkloadSpec
 
@@ -33,6 +34,8 @@ class Candidate:
     text: str
     max_tokens: int | None = None
     """Output length the source gives for this prompt; None means the workload's max_tokens."""
+    messages: tuple[ChatMessage, ...] = ()
+    """A chat log's request: its whole history (``text`` is then its flattened transcript)."""
 
 
 @dataclass(frozen=True)

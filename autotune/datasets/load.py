@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from autotune.datasets._base import Candidate, LoadContext, Tokenizer, select_indices
+from autotune.datasets.chatlog import load_chat_jsonl, load_conversations, load_openai_batch
 from autotune.datasets.files import load_csv, load_inline, load_jsonl
 from autotune.datasets.hf import load_hf
 from autotune.datasets.humaneval import load_humaneval
@@ -16,6 +17,8 @@ from autotune.datasets.mtbench import load_mtbench
 from autotune.datasets.sharegpt import load_sharegpt
 from autotune.engine._base import PreparedWorkload, Prompt
 from autotune.spec.workload import (
+    ChatJsonlSource,
+    ConversationsSource,
     CsvSource,
     HFSource,
     HumanEvalSource,
@@ -23,6 +26,7 @@ from autotune.spec.workload import (
     JsonlSource,
     MathSource,
     MTBenchSource,
+    OpenAIBatchSource,
     ShareGPTSource,
     WorkloadSpec,
 )
@@ -48,6 +52,12 @@ def _chosen(ctx: LoadContext) -> list[Candidate]:
         candidates = load_hf(source, ctx)
     elif isinstance(source, MTBenchSource):
         candidates = load_mtbench(source, ctx)
+    elif isinstance(source, OpenAIBatchSource):
+        candidates = load_openai_batch(source, ctx)
+    elif isinstance(source, ChatJsonlSource):
+        candidates = load_chat_jsonl(source, ctx)
+    elif isinstance(source, ConversationsSource):
+        candidates = load_conversations(source, ctx)
     else:  # pragma: no cover - the spec's discriminated union is exhaustive
         raise ctx.error(f"unknown source kind {source.kind!r}", "source.kind")
     # Inline prompts are "used in order"; every other source is sampled.
@@ -75,7 +85,7 @@ def load_prompts(
     """
     ctx = LoadContext(spec, Path(base_dir), origin or spec.name, tokenizer)
     return [
-        Prompt(c.text, c.max_tokens if c.max_tokens is not None else spec.max_tokens)
+        Prompt(c.text, c.max_tokens if c.max_tokens is not None else spec.max_tokens, c.messages)
         for c in _chosen(ctx)
     ]
 
@@ -83,12 +93,19 @@ def load_prompts(
 def workload_digest(
     prompts: Sequence[Prompt], *, temperature: float, seed: int, chat_template: bool
 ) -> str:
-    """sha256 (hex) of the canonical JSON of the prompts and the sampling settings.
+    """sha256 (hex) of the canonical JSON of the prompts (with a chat log's messages, role by
+    role) and the sampling settings.
 
     Canonical: sorted keys, no whitespace, ASCII escapes, so it is the same in every process.
+    A prompt without messages hashes as before messages existed, so stored digests stay valid.
     """
     payload = {
-        "prompts": [[p.text, p.max_tokens] for p in prompts],
+        "prompts": [
+            [p.text, p.max_tokens, [list(m) for m in p.messages]]
+            if p.messages
+            else [p.text, p.max_tokens]
+            for p in prompts
+        ],
         "temperature": float(temperature),
         "seed": seed,
         "chat_template": chat_template,

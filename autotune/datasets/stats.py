@@ -1,9 +1,13 @@
-"""Length statistics of a prepared prompt set, for ``autotune workload show``."""
+"""Length statistics of a prepared prompt set, for ``autotune workload show``: summaries,
+length histograms and the turn counts of a chat log's requests."""
 
 from __future__ import annotations
 
+import math
 import statistics
+from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from autotune.datasets._base import Tokenizer
 from autotune.engine._base import Prompt
@@ -37,3 +41,37 @@ def token_stats(
     stats |= _summary("max_tokens", [p.max_tokens for p in prompts])
     stats["total_max_tokens"] = sum(p.max_tokens for p in prompts)
     return stats
+
+
+@dataclass(frozen=True)
+class Bin:
+    """One histogram bin: values in ``[lo, hi)`` (the last bin includes ``hi``)."""
+
+    lo: int
+    hi: int
+    count: int
+
+
+def histogram(values: Sequence[int], bins: int = 8) -> list[Bin]:
+    """Equal-width integer bins from min to max of ``values`` (one bin when all are equal)."""
+    if not values:
+        return []
+    lo, hi = min(values), max(values)
+    if lo == hi:
+        return [Bin(lo, hi, len(values))]
+    width = max(1, math.ceil((hi - lo + 1) / bins))
+    edges = list(range(lo, hi + 1, width))
+    counts = Counter(min((v - lo) // width, len(edges) - 1) for v in values)
+    return [Bin(edge, min(edge + width, hi), counts.get(i, 0)) for i, edge in enumerate(edges)]
+
+
+def prompt_lengths(prompts: Sequence[Prompt], tokenizer: Tokenizer | None = None) -> list[int]:
+    """Each prompt's length in tokens of its text (characters without a tokenizer)."""
+    if tokenizer is None:
+        return [len(p.text) for p in prompts]
+    return [len(tokenizer.encode(p.text)) for p in prompts]
+
+
+def turn_counts(prompts: Sequence[Prompt]) -> dict[int, int]:
+    """How many requests ask for their conversation's 1st, 2nd, ... user turn."""
+    return dict(sorted(Counter(p.turn for p in prompts).items()))

@@ -60,12 +60,41 @@ class EngineConfig:
         return f"{self.method} N={self.num_speculative_tokens}"
 
 
+ChatMessage = tuple[str, str]
+"""One chat message as (role, content), e.g. ``("user", "Why does my build fail?")``."""
+
+
+def flatten_messages(messages: Sequence[ChatMessage]) -> str:
+    """A chat history as one plain transcript (``User: ...`` blocks ending in ``Assistant:``):
+    a request's text where no chat template applies, and what length filters and prompt checks
+    read."""
+    blocks = [f"{role.capitalize()}: {content}" for role, content in messages]
+    return "\n\n".join([*blocks, "Assistant:"])
+
+
 @dataclass(frozen=True)
 class Prompt:
-    """One request: the prompt (text, or chat messages when the template applies) and length."""
+    """One request: the prompt text (or chat messages, when it came from a chat log) and its
+    output length."""
 
     text: str
     max_tokens: int
+    messages: tuple[ChatMessage, ...] = ()
+    """The request's whole chat history up to the turn it asks for (system, user and assistant
+    messages in order, ending with a user turn), rendered with the target's chat template as
+    ``vllm serve`` renders a chat request; ``text`` is then :func:`flatten_messages` of them.
+    Empty: ``text`` is one user turn."""
+
+    @property
+    def turn(self) -> int:
+        """Which user turn of its conversation this request is (1 for a single prompt)."""
+        return max(1, sum(1 for role, _ in self.messages if role == "user"))
+
+    def chat(self) -> list[dict[str, str]]:
+        """The messages as a chat-completions request lists them."""
+        if not self.messages:
+            return [{"role": "user", "content": self.text}]
+        return [{"role": role, "content": content} for role, content in self.messages]
 
 
 @dataclass(frozen=True)
@@ -150,6 +179,22 @@ class Measurement:
     for a one-token reply; both None for a request that produced nothing), so goodput can be
     recomputed later for any SLO. Empty where the backend has no per-request data (a replayed
     landscape, or a measurement stored before schema 4)."""
+    loop_share: float | None = None
+    """Share of requests whose output ends in a repeating loop (:mod:`autotune.engine.degeneracy`,
+    the guard against outputs that fake acceptance); None where the backend saw no output token
+    ids (a replayed landscape, or a measurement stored before schema 5)."""
+    distinct_4gram_ratio: float | None = None
+    """Distinct 4-grams / all 4-grams of each output, averaged over the requests."""
+    loop_at_max_tokens_share: float | None = None
+    """Share of requests that ended in a loop and stopped at their max_tokens."""
+
+    @property
+    def degenerate(self) -> bool:
+        """Whether most replies were loops (``loop_share`` over
+        :data:`autotune.engine.degeneracy.LOOP_SHARE_LIMIT`)."""
+        from autotune.engine.degeneracy import LOOP_SHARE_LIMIT
+
+        return self.loop_share is not None and self.loop_share > LOOP_SHARE_LIMIT
 
     @property
     def mean_acceptance_length(self) -> float | None:

@@ -192,14 +192,31 @@ def _last_error(log: Path) -> str:
     return _reason_from_lines(lines) or (lines[-1].strip() if lines else "no output")
 
 
-def requests_file(workload: PreparedWorkload, num_requests: int, directory: Path) -> Path:
+def prerendered(workload: PreparedWorkload) -> bool:
+    """Whether the server path renders the prompts itself: a chat log's histories
+    (``Prompt.messages``) under the chat template, which ``vllm bench serve``'s custom dataset
+    would render as one user turn."""
+    return workload.chat_template and any(p.messages for p in workload.prompts)
+
+
+def requests_file(
+    workload: PreparedWorkload, num_requests: int, directory: Path, tokenizer: Any = None
+) -> Path:
     """The study's prompts as ``vllm bench serve``'s custom JSONL, in the harness's order:
-    request i is prompt ``i % len(prompts)`` with its own output length."""
+    request i is prompt ``i % len(prompts)`` with its own output length. With ``tokenizer``
+    (for :func:`prerendered` workloads) each prompt is written already rendered by the chat
+    template over its whole history, the same ``apply_chat_template`` call the benchmark makes
+    for one user turn, and the benchmark is told to skip its own."""
     path = directory / f"{workload.name}-{num_requests}.jsonl"
     with open(path, "w") as f:
         for i in range(num_requests):
             p = workload.prompts[i % len(workload.prompts)]
-            f.write(json.dumps({"prompt": p.text, "output_tokens": p.max_tokens}) + "\n")
+            text = p.text
+            if tokenizer is not None:
+                text = tokenizer.apply_chat_template(
+                    p.chat(), add_generation_prompt=True, tokenize=False
+                )
+            f.write(json.dumps({"prompt": text, "output_tokens": p.max_tokens}) + "\n")
     return path
 
 
@@ -380,8 +397,14 @@ class VLLMServeEngine(Engine):
         if not workload.prompts:
             raise EngineError(f"workload {workload.name} has no prompts")
         key = (workload.digest, num_requests)
+        rendered = prerendered(workload)
         if key not in self._datasets:
-            self._datasets[key] = requests_file(workload, num_requests, self._dir())
+            tokenizer = None
+            if rendered:
+                from transformers import AutoTokenizer
+
+                tokenizer = AutoTokenizer.from_pretrained(self._server.model)
+            self._datasets[key] = requests_file(workload, num_requests, self._dir(), tokenizer)
         argv = bench_argv(
             self._server,
             self._datasets[key],
@@ -390,7 +413,7 @@ class VLLMServeEngine(Engine):
             temperature=workload.temperature,
             seed=seed,
             warmups=0,
-            chat_template=workload.chat_template,
+            chat_template=workload.chat_template and not rendered,
         )
         return run_bench(argv)
 

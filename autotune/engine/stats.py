@@ -26,6 +26,11 @@ class RequestTiming:
     """When each streamed chunk carrying at least one new token arrived, in order."""
     output_tokens: int
     prompt_tokens: int = 0
+    token_ids: tuple[int, ...] = ()
+    """The output's token ids (the degeneracy guard reads them); empty where the client has
+    none."""
+    max_tokens: int = 0
+    """The output length the request asked for."""
 
     @property
     def ttft_s(self) -> float | None:

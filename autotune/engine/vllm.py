@@ -30,6 +30,7 @@ from autotune.engine._base import (
     PreparedWorkload,
 )
 from autotune.engine.counters import CounterDelta, CounterSnapshot, delta, read_snapshot
+from autotune.engine.degeneracy import degeneracy
 from autotune.engine.platform import detect_platform
 from autotune.engine.stats import RequestTiming, request_latencies_ms, summarize
 from autotune.errors import EngineError
@@ -456,6 +457,7 @@ class VLLMEngine(Engine):
             workload, concurrency, num_requests, seed, settings.timeout_s, settings.min_measure_s
         )
         latency = summarize(run.timings)
+        guard = degeneracy([(t.token_ids, t.max_tokens) for t in run.timings])
         out_tokens = run.output_tokens
         # With min_measure_s the loop may run more requests than asked for: count what ran.
         num_requests = len(run.timings)
@@ -483,6 +485,9 @@ class VLLMEngine(Engine):
             accepted_per_pos=run.counters.accepted_per_pos,
             max_inflight=run.max_inflight,
             request_latencies_ms=request_latencies_ms(run.timings),
+            loop_share=guard.loop_share,
+            distinct_4gram_ratio=guard.distinct_4gram_ratio,
+            loop_at_max_tokens_share=guard.loop_at_max_tokens_share,
         )
 
     def _run_sync(
@@ -582,15 +587,17 @@ class VLLMEngine(Engine):
 def render_prompts(tokenizer: Any, workload: PreparedWorkload) -> list[Any]:
     """The prompts as the engine sends them: chat-templated token ids when the workload asks for
     the template and ``tokenizer`` has one, else the raw text (vLLM tokenizes it). Also what
-    ``autotune export --speculators-data`` sends, so its responses answer the measured prompts."""
+    ``autotune export --speculators-data`` sends, so its responses answer the measured prompts.
+
+    A prompt read from a chat log carries its whole history (``Prompt.messages``): the template
+    renders all of it with ``add_generation_prompt=True``, as ``vllm serve`` renders a
+    ``/v1/chat/completions`` request; without a template its flattened transcript is sent."""
     templated = workload.chat_template and getattr(tokenizer, "chat_template", None)
     rendered: list[Any] = []
     for prompt in workload.prompts:
         if templated:
             text = tokenizer.apply_chat_template(
-                [{"role": "user", "content": prompt.text}],
-                tokenize=False,
-                add_generation_prompt=True,
+                prompt.chat(), tokenize=False, add_generation_prompt=True
             )
             # The template already holds the special tokens (BOS), as in vLLM's chat server.
             ids = tokenizer.encode(text, add_special_tokens=False)
@@ -652,20 +659,29 @@ async def _closed_loop(
             max_inflight = max(max_inflight, inflight)
             sent = time.perf_counter()
             chunks: list[float] = []
-            output_tokens = 0
+            token_ids: list[int] = []
             prompt_tokens = 0
             try:
                 async for out in engine.generate(prompt, params, request_id=request_id):
                     now = time.perf_counter()
                     if not prompt_tokens and out.prompt_token_ids is not None:
                         prompt_tokens = len(out.prompt_token_ids)
-                    new_tokens = sum(len(o.token_ids) for o in out.outputs)
-                    if new_tokens:
+                    new_ids = [t for o in out.outputs for t in o.token_ids]
+                    if new_ids:
                         chunks.append(now)
-                        output_tokens += new_tokens
+                        token_ids.extend(new_ids)
             finally:
                 inflight -= 1
-            timings.append(RequestTiming(sent, tuple(chunks), output_tokens, prompt_tokens))
+            timings.append(
+                RequestTiming(
+                    sent,
+                    tuple(chunks),
+                    len(token_ids),
+                    prompt_tokens,
+                    tuple(token_ids),
+                    int(params.max_tokens or 0),
+                )
+            )
 
     t0 = time.perf_counter()
     tasks = [asyncio.ensure_future(worker()) for _ in range(concurrency)]

@@ -129,12 +129,13 @@ def measured_prompts(
 
 
 def prompt_rows(study: str, prepared: PreparedWorkload) -> list[dict[str, Any]]:
-    """One ``conversations`` row per prompt (a single user turn), the schema Speculators'
-    ``prepare_data.py`` renders and its response regeneration reads."""
+    """One ``conversations`` row per prompt (a single user turn, or a chat log's history up to
+    the measured turn), the schema Speculators' ``prepare_data.py`` renders and its response
+    regeneration reads."""
     return [
         {
             "id": f"{prepared.name}-{i}",
-            "conversations": [{"role": "user", "content": p.text}],
+            "conversations": p.chat(),
             "metadata": _metadata(study, prepared, i, p.max_tokens),
         }
         for i, p in enumerate(prepared.prompts)

@@ -30,6 +30,11 @@ model), so a drafter that ties with the baseline answers "off": its speedup is n
 and off costs nothing to deploy. A tie is not in itself low-confidence (the answer is the
 preferred one of equivalent configs); its own line says so. Configs without measured noise
 (a single run, or identical runs, on both sides) never tie.
+
+A level is *degenerate* (``Choice.degenerate``) when most of its replies ended in a repeating
+loop (:mod:`autotune.engine.degeneracy`): drafts are accepted on loops, so its winner was decided
+on outputs that fake acceptance. The answer stands, but it carries the flag, and `recommend`
+says so on stderr and in --json.
 """
 
 from __future__ import annotations
@@ -74,10 +79,20 @@ class ConfigScore:
     """(max - min) / median over repeats, in percent."""
     mean_acceptance_length: float | None
     acceptance_per_pos: tuple[float, ...]
+    loop_share: float | None = None
+    """Mean over its repeats of the share of replies that ended in a repeating loop (the
+    degeneracy guard, :mod:`autotune.engine.degeneracy`); None: not checked."""
 
     @property
     def is_baseline(self) -> bool:
         return self.speculative_config is None
+
+    @property
+    def degenerate(self) -> bool:
+        """Whether most of this config's replies were loops (drafts are accepted on loops)."""
+        from autotune.engine.degeneracy import LOOP_SHARE_LIMIT
+
+        return self.loop_share is not None and self.loop_share > LOOP_SHARE_LIMIT
 
     @property
     def repeats(self) -> int:
@@ -150,6 +165,31 @@ class Choice:
     percent; None unless the baseline ran twice (the drift check)."""
     baseline_runs: tuple[float, ...] = ()
     """The baseline's median at this level in each of its runs (trials), oldest first."""
+    loop_share: float | None = None
+    """The share of the level's replies (every config's, pooled over measurements) that ended
+    in a repeating loop; None where no measurement was checked (the guard,
+    :mod:`autotune.engine.degeneracy`)."""
+    distinct_4gram_ratio: float | None = None
+    loop_at_max_tokens_share: float | None = None
+
+    @property
+    def degenerate(self) -> bool:
+        """Whether the level is flagged: most replies were loops, so its winner was decided on
+        outputs that fake acceptance."""
+        from autotune.engine.degeneracy import LOOP_SHARE_LIMIT
+
+        return self.loop_share is not None and self.loop_share > LOOP_SHARE_LIMIT
+
+    def degenerate_line(self) -> str:
+        """The stderr note for a degenerate level (after ``note: ``)."""
+        from autotune.engine.degeneracy import flag_line
+
+        line = flag_line(
+            self.loop_share or 0.0,
+            self.distinct_4gram_ratio,
+            f"{self.workload} concurrency {self.concurrency}",
+        )
+        return f"{line}; {self.best.label()} was chosen on them"
 
     @property
     def tie(self) -> bool:
@@ -280,6 +320,8 @@ def score(rows: Sequence[MeasuredRow]) -> ConfigScore:
         for i, a in enumerate(r.accepted_per_pos):
             per_pos[i] += a
     first = rows[0]
+    # Rows without the guard's fields (a recorded sweep's) count as not checked.
+    loops = [x for r in rows if (x := getattr(r, "loop_share", None)) is not None]
     return ConfigScore(
         method=first.method,
         draft=first.draft,
@@ -293,7 +335,15 @@ def score(rows: Sequence[MeasuredRow]) -> ConfigScore:
         spread_pct=100.0 * (max(tput) - min(tput)) / med if med > 0 else 0.0,
         mean_acceptance_length=(1.0 + accepted / drafts) if drafts else None,
         acceptance_per_pos=tuple(a / drafts for a in per_pos) if drafts else (),
+        loop_share=statistics.fmean(loops) if loops else None,
     )
+
+
+def _mean_of(rows: Sequence[MeasuredRow], name: str) -> float | None:
+    """The mean of a guard field over the rows that have it, weighted by their requests."""
+    pairs = [(value, r.num_requests) for r in rows if (value := getattr(r, name, None)) is not None]
+    total = sum(n for _, n in pairs)
+    return sum(v * n for v, n in pairs) / total if total else None
 
 
 def _preference(s: ConfigScore) -> tuple[int, int]:
@@ -404,6 +454,9 @@ def choose(
         tied_with=tied_with,
         drift_pct=drift,
         baseline_runs=runs,
+        loop_share=_mean_of(cell, "loop_share"),
+        distinct_4gram_ratio=_mean_of(cell, "distinct_4gram_ratio"),
+        loop_at_max_tokens_share=_mean_of(cell, "loop_at_max_tokens_share"),
     )
 
 

@@ -66,6 +66,9 @@ _TRAILING = [
     "num_draft_tokens",
     "num_accepted_tokens",
     "max_inflight",
+    "loop_share",
+    "distinct_4gram_ratio",
+    "loop_at_max_tokens_share",
     "measure_s",
     "engine_start_s",
     "seed",
@@ -217,6 +220,8 @@ SUMMARY_COLUMNS = [
     "mean_acceptance_length",
     "rank",
     "recommended",
+    "loop_share",
+    "degenerate",
 ]
 
 
@@ -275,6 +280,8 @@ def summary_frame(
                 ),
                 "rank": position,
                 "recommended": position == 1,
+                "loop_share": math.nan if s.loop_share is None else s.loop_share,
+                "degenerate": s.degenerate,
             }
             for i, col in enumerate(acc_cols):
                 row[col] = s.acceptance_per_pos[i] if i < len(s.acceptance_per_pos) else math.nan
@@ -283,3 +290,38 @@ def summary_frame(
     summary.attrs.update(df.attrs)
     summary.attrs["max_spread_pct"] = max_spread_pct
     return summary
+
+
+def degenerate_cells(df: pd.DataFrame) -> list[dict[str, Any]]:
+    """The cells (workload, prompt set, concurrency) of a measurements frame whose replies were
+    mostly loops (:mod:`autotune.engine.degeneracy`): pooled loop share, distinct 4-gram ratio
+    and loops at max_tokens, weighted by requests. Cells never checked are left out."""
+    from autotune.engine.degeneracy import LOOP_SHARE_LIMIT
+
+    if df.empty or "loop_share" not in df.columns:
+        return []
+    out = []
+    for (workload, digest, concurrency), cell in df.groupby(CELL, sort=True):
+        checked = cell[cell["loop_share"].notna()]
+        if checked.empty:
+            continue
+        weights = checked["num_requests"].astype(float)
+
+        def mean(col: str, part: pd.DataFrame = checked, w: pd.Series = weights) -> float | None:
+            values = part[col]
+            ok = values.notna()
+            return float((values[ok] * w[ok]).sum() / w[ok].sum()) if ok.any() else None
+
+        loop = mean("loop_share")
+        if loop is not None and loop > LOOP_SHARE_LIMIT:
+            out.append(
+                {
+                    "workload": workload,
+                    "workload_digest": digest,
+                    "concurrency": int(concurrency),
+                    "loop_share": loop,
+                    "distinct_4gram_ratio": mean("distinct_4gram_ratio"),
+                    "loop_at_max_tokens_share": mean("loop_at_max_tokens_share"),
+                }
+            )
+    return out

@@ -105,6 +105,63 @@ class MTBenchSource(StrictModel):
     )
 
 
+class _ChatLogSource(StrictModel):
+    """What every request-log source shares: the file, and how its lengths and sampling apply."""
+
+    path: str = Field(
+        min_length=1,
+        max_length=4096,
+        description="Path to the log file, relative to the workload file.",
+    )
+    use_logged_length: Bool = Field(
+        True,
+        description="Where a request's logged reply or usage.completion_tokens is in the log, "
+        "use its length as that request's max_tokens (capped at the workload's max_tokens); "
+        "else, and when false, the request's own max_tokens / max_completion_tokens, then the "
+        "workload's.",
+    )
+    ignore_logged_sampling: Bool = Field(
+        False,
+        description="Measure every request at the workload's temperature even where the log's "
+        "temperature, top_p or top_k differ from it (by default such a log is refused: a "
+        "study never compares measurements taken at different sampling settings).",
+    )
+
+
+class OpenAIBatchSource(_ChatLogSource):
+    """An OpenAI Batch API input file, the JSONL ``vllm run-batch`` reads: one
+    ``{"custom_id", "method": "POST", "url": "/v1/chat/completions", "body": {...}}`` per line."""
+
+    kind: Literal["openai_batch"] = "openai_batch"
+    output_path: str | None = Field(
+        None,
+        max_length=4096,
+        description="Optional batch output file (one {custom_id, response: {body: {usage, "
+        "choices}}} per line, what the Batch API and vllm run-batch write): each request's "
+        "logged completion length is taken from it.",
+    )
+
+
+class ChatJsonlSource(_ChatLogSource):
+    """JSON lines of chat-completions request bodies (``messages``, ``max_tokens`` or
+    ``max_completion_tokens``, ``temperature``), optionally each with its logged ``response``
+    (a chat completion) or ``usage``."""
+
+    kind: Literal["chat_jsonl"] = "chat_jsonl"
+
+
+class ConversationsSource(_ChatLogSource):
+    """Multi-turn conversations replayed turn by turn: ShareGPT-style ``conversations``
+    (``[{"from": "human" | "gpt", "value"}]``) or OpenAI ``messages`` histories, as a JSON array
+    or JSON lines. Each assistant turn is one request whose messages are the whole history
+    before it, and the logged reply's length its output length."""
+
+    kind: Literal["conversations"] = "conversations"
+    max_turns: Int | None = Field(
+        None, ge=1, le=10_000, description="Replay at most this many turns per conversation."
+    )
+
+
 PromptSource = Annotated[
     InlineSource
     | JsonlSource
@@ -113,7 +170,10 @@ PromptSource = Annotated[
     | ShareGPTSource
     | HFSource
     | MathSource
-    | MTBenchSource,
+    | MTBenchSource
+    | OpenAIBatchSource
+    | ChatJsonlSource
+    | ConversationsSource,
     Field(discriminator="kind"),
 ]
 

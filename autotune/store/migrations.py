@@ -16,7 +16,7 @@ from sqlalchemy import Connection, insert, inspect, select, text, update
 from autotune.errors import StoreError
 from autotune.store.tables import Base, MetaRow
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 Migration = Callable[[Connection], None]
 
@@ -42,10 +42,22 @@ def _v4_request_latencies(conn: Connection) -> None:
     add_column(conn, "autotune_measurements", "request_latencies_ms JSON")
 
 
+def _v5_output_degeneracy(conn: Connection) -> None:
+    """5: how degenerate each measurement's outputs were (loop share, distinct 4-gram ratio,
+    loops that ran to max_tokens); rows stored before stay NULL: not checked, never guessed."""
+    for ddl in (
+        "loop_share FLOAT",
+        "distinct_4gram_ratio FLOAT",
+        "loop_at_max_tokens_share FLOAT",
+    ):
+        add_column(conn, "autotune_measurements", ddl)
+
+
 MIGRATIONS: dict[int, Migration] = {
     2: _add_leases,
     3: _v3_engine_placement,
     4: _v4_request_latencies,
+    5: _v5_output_degeneracy,
 }
 """Step functions by the version they produce (2, 3, ...)."""
 

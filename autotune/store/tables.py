@@ -120,6 +120,10 @@ class MeasurementRow(Base):
     max_inflight: Mapped[int] = mapped_column(Integer, default=0)
     # Per request [TTFT ms, TPOT ms] (schema 4), so goodput can be recomputed for any SLO.
     request_latencies_ms: Mapped[list[list[float | None]] | None] = mapped_column(JSON)
+    # How degenerate the outputs were (schema 5): the guard against outputs that fake acceptance.
+    loop_share: Mapped[float | None] = mapped_column(Float)
+    distinct_4gram_ratio: Mapped[float | None] = mapped_column(Float)
+    loop_at_max_tokens_share: Mapped[float | None] = mapped_column(Float)
     # Provenance: enough to tell whether two numbers may be compared.
     vllm_version: Mapped[str] = mapped_column(String(64))
     device_name: Mapped[str] = mapped_column(String(256))

@@ -358,3 +358,68 @@ def test_one_line_reason_of_a_pydantic_error() -> None:
     assert one_line_reason(caught.value) == (
         "SpeculativeConfig: Invalid repository ID or local directory specified: 'x'."
     )
+
+
+@pytest.mark.integration
+@needs_vllm
+def test_a_conversation_log_is_replayed_with_its_history_and_the_guard_reads_the_outputs(
+    tiny_llama: Path, tmp_path: Path
+) -> None:
+    """A ShareGPT-style log replayed turn by turn on the real engine: every request is sent as
+    the target's chat template renders its whole history (as ``vllm serve`` renders a chat
+    request), each at its logged reply's length; and the degeneracy guard reads the output
+    token ids. The random-weight target's greedy replies fall into loops: the guard trips."""
+    from transformers import AutoTokenizer
+
+    from autotune.datasets import prepare
+    from autotune.engine.degeneracy import LOOP_SHARE_LIMIT, degeneracy, loop_period
+    from autotune.spec.workload import WorkloadSpec
+
+    turns = [
+        ("human", "How do I decode a JSON string in Python?"),
+        ("gpt", "Use json.loads(text); it returns dicts, lists, strings and numbers." * 2),
+        ("human", "And when the text is not valid JSON?"),
+        ("gpt", "json.loads raises json.JSONDecodeError with the line and column."),
+        ("human", "Can I get the position of the error?"),
+        ("gpt", "Yes: the exception has lineno, colno and pos attributes."),
+    ]
+    log = [{"conversations": [{"from": f, "value": v} for f, v in turns]}]
+    (tmp_path / "log.json").write_text(json.dumps(log))
+    spec = WorkloadSpec.model_validate(
+        {"name": "log", "source": {"kind": "conversations", "path": "log.json"}, "max_tokens": 48}
+    )
+    workload = prepare(spec, tmp_path)
+    assert [p.turn for p in workload.prompts] == [1, 2, 3]
+    assert [p.max_tokens for p in workload.prompts] == [33, 16, 14]  # logged replies, 4 ch/tok
+
+    tok = AutoTokenizer.from_pretrained(tiny_llama)
+    expected = sum(
+        len(
+            tok.encode(
+                tok.apply_chat_template(p.chat(), tokenize=False, add_generation_prompt=True),
+                add_special_tokens=False,
+            )
+        )
+        for p in workload.prompts
+    )
+    with _started(EngineConfig(model=str(tiny_llama))) as engine:
+        m = engine.measure(workload, concurrency=1, repeat=0, settings=MeasureSettings(1))
+        assert m.num_requests == 3
+        assert m.num_prompt_tokens == expected  # the whole history, templated once each
+        assert m.num_output_tokens == 33 + 16 + 14
+        assert m.loop_share is not None and m.distinct_4gram_ratio is not None
+
+        # Long greedy replies of the random-weight target: the guard's figures are those of
+        # the output token ids themselves, and most replies end in a loop.
+        texts = _code_prompts(4)
+        long = _workload("long", texts, max_tokens=96, chat_template=True)
+        run = engine._run_sync(long, 2, 4, 0, 300)
+        ids = [(t.token_ids, t.max_tokens) for t in run.timings]
+        assert [len(i) for i, _ in ids] == [96] * 4
+        guard = degeneracy(ids)
+        loops = sum(loop_period(i) is not None for i, _ in ids)
+        assert guard.loop_share == loops / 4
+        degenerate = engine.measure(long, concurrency=2, repeat=0, settings=MeasureSettings(2))
+        assert degenerate.loop_share is not None
+        assert degenerate.loop_share > LOOP_SHARE_LIMIT and degenerate.degenerate
+        assert degenerate.loop_at_max_tokens_share == degenerate.loop_share  # ignore_eos
