@@ -67,8 +67,9 @@ def report(
     that disagree by more than the study's max_spread_pct are flagged noisy), the baseline's
     drift per level when the study ran it twice (measurement.drift_check), then, where the
     engine recorded latencies, each level's Pareto front of throughput vs p99 TPOT (with
-    goodput and whether each config meets the study's slo:), and writes the plots and exports
-    asked for. Exits 1 when the study has no measurements yet.
+    goodput and whether each config meets the study's slo:), one section per context-length
+    bucket (context_lengths: its target, real prompt tokens and best config per level), and
+    writes the plots and exports asked for. Exits 1 when the study has no measurements yet.
 
     \b
     Example:
@@ -104,6 +105,7 @@ def report(
                     {"workload": d.workload, "concurrency": d.concurrency, "drift_pct": d.drift_pct}
                     for d in rep.drift
                 ],
+                "context_buckets": [b.as_json() for b in rep.buckets],
                 "files": [str(p) for p in written],
             }
         )
@@ -121,6 +123,10 @@ def report(
             click.echo(line)
         for d in rep.drift:  # the drift check's two baseline runs
             click.echo(d.line(rep.precision_pct))
+        if rep.buckets:  # the context-length axis: one section per bucket
+            click.echo("\ncontext-length buckets")
+            for b in rep.buckets:
+                click.echo(b.line())
 
 
 def _clean(row: dict[str, Any]) -> dict[str, Any]:
