@@ -272,11 +272,15 @@ def _print_context_dsd(
 
 
 def _measured_json(rec: Any, shown: Any) -> dict[str, Any]:
+    from autotune.spec.context import split_bucket
+
     cov = rec.coverage
     return {
         "source": "measured",
         "speculative_config": shown,
         "study": rec.study.name,
+        "workload": rec.workload,
+        "context_length": split_bucket(rec.workload)[1],
         "status": rec.study.status,
         "configs_measured": cov.measured if cov else None,
         "configs_planned": cov.planned if cov else None,

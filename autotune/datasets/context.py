@@ -197,7 +197,6 @@ def _pool(
     prompts: Sequence[Prompt],
     context_length: int,
     raw_count: Callable[[str], int],
-    origin: str,
 ) -> list[str]:
     """The workload's documents: its measured prompts, then more of its source (a larger seeded
     sample of the same source) until one prompt's worth of context is there or the source
@@ -207,7 +206,7 @@ def _pool(
     size = len(texts)
     while sum(raw_count(t + SEPARATOR) for t in texts) < need and size < MAX_POOL:
         size = min(MAX_POOL, size * 4)
-        more = load_prompts(spec.model_copy(update={"num_prompts": size}), base_dir, origin=origin)
+        more = load_prompts(spec.model_copy(update={"num_prompts": size}), base_dir)
         extra = [p.text for p in more if p.text not in texts]
         texts += extra
         if len(more) < size:  # the source is exhausted
@@ -225,11 +224,13 @@ def prepare_bucket(
     field: str = "context_lengths",
 ) -> tuple[PreparedWorkload, BucketStats]:
     """The workload's bucket at ``context_length`` prompt tokens, as a prepared workload named
-    ``NAME@ctxL`` with its own digest, and its prompts' real token counts. Raises SpecError
-    (naming ``origin`` and ``field``) when the workload's own text cannot fill the bucket."""
+    ``NAME@ctxL`` with its own digest, and its prompts' real token counts. ``tokenizer`` is
+    the target's (a transformers tokenizer: ``encode(text, add_special_tokens=...)``). Raises
+    SpecError (naming ``origin`` and ``field``) when the workload's own text cannot fill the
+    bucket."""
     base = Path(base_dir)
     where = origin or spec.name
-    prompts = load_prompts(spec, base, origin=where)
+    prompts = load_prompts(spec, base)  # a source's own errors name the workload
     count = token_counter(tokenizer, spec.chat_template)
     cache: dict[str, int] = {}
 
@@ -238,7 +239,7 @@ def prepare_bucket(
             cache[piece] = len(tokenizer.encode(piece, add_special_tokens=False))
         return cache[piece]
 
-    pool = _pool(spec, base, prompts, context_length, raw_count, where)
+    pool = _pool(spec, base, prompts, context_length, raw_count)
     built, tokens = build_bucket(prompts, pool, context_length, count, raw_count)
     short = [n for n in tokens if n < MIN_FILL * context_length]
     if short:

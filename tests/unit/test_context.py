@@ -261,6 +261,10 @@ def test_context_axis_through_search_recommend_report_and_check(tmp_path: Path, 
     )
     assert json.loads(at_300.stdout)["num_speculative_tokens"] == 2
     assert "code@ctx512" in at_300.stderr and "context      bucket of 512" in at_300.stderr
+    as_json = autotune(
+        "recommend", "--model", "tiny", "--workload", "code", "--context", "300", "--json"
+    )
+    assert json.loads(as_json.stdout)["context_length"] == 512
     beyond = autotune(
         "recommend",
         "--model",
