@@ -769,12 +769,13 @@ def next_steps(record: StudyRecord) -> list[str]:
     alias = record.model_alias or record.model
     lines = [f"next: autotune report {record.name} --html {record.name}.html"]
     lengths = resolved.spec.context_lengths if resolved.landscape is None else None
-    lines += [
-        f"      autotune recommend --model {alias} --workload {w}"
-        + (f" --context {lengths[-1]}" if lengths else "")
-        + " --explain"
-        for w in resolved.spec.workloads
-    ]
+    from autotune.spec.context import split_bucket
+
+    for w in resolved.spec.workloads:
+        base, length = split_bucket(w)  # a replayed landscape's bucket: ask by --context
+        context = length or (lengths[-1] if lengths else None)
+        flag = f" --context {context}" if context else ""
+        lines.append(f"      autotune recommend --model {alias} --workload {base}{flag} --explain")
     if lengths:
         lines += [
             f"      autotune recommend --model {alias} --workload {w} --format dsd"
