@@ -55,6 +55,7 @@ def create_study(
 
     validate_study(resolved, source)  # vLLM's verdict now, so recommend never imports vLLM
     check_prompts(resolved)
+    resolved = build_context_buckets(resolved, source)
     store.ensure_optuna_schema()  # both schemas exist before anything else is written
     # --replace deletes the study's trials: never under a live driver (StudyBusyError).
     with store.lease(spec.name) if replace else contextlib.nullcontext():
@@ -105,6 +106,29 @@ def degenerate_lines(store: Store, study: str) -> list[str]:
         )
         for c in cells
     ]
+def build_context_buckets(resolved: ResolvedStudy, source: str) -> ResolvedStudy:
+    """The study with its context-length buckets built (``autotune.datasets.context``) and their
+    real token counts recorded, so a workload too short for a bucket is refused at create."""
+    if not resolved.spec.context_lengths or resolved.landscape is not None:
+        return resolved
+    from autotune.datasets.context import load_target_tokenizer, prepare_measured
+    from autotune.spec.context import split_bucket
+    from autotune.spec.loader import ContextBucket
+
+    tokenizer = load_target_tokenizer(resolved)
+    buckets: dict[str, ContextBucket] = {}
+    for name in resolved.measured_names():
+        prepared, stats = prepare_measured(resolved, name, tokenizer, origin=source)
+        buckets[name] = ContextBucket(
+            workload=split_bucket(name)[0],
+            context_length=stats.context_length,
+            num_prompts=stats.num_prompts,
+            prompt_tokens_mean=stats.prompt_tokens_mean,
+            prompt_tokens_min=stats.prompt_tokens_min,
+            prompt_tokens_max=stats.prompt_tokens_max,
+            digest=prepared.digest,
+        )
+    return resolved.model_copy(update={"context_buckets": buckets})
 
 
 def create_replay_study(
@@ -385,6 +409,59 @@ def select_study(store: Store, model: str, workload: str, study: str | None = No
     if cov is not None and not cov.exhausted:
         notes.append(cov.line(record.name))
     return Selected(record, rows, tuple(notes), cov)
+
+
+def measured_buckets(
+    store: Store, model: str, workload: str, study: str | None = None
+) -> dict[int, str]:
+    """The context-length buckets (``WORKLOAD@ctxL``) of ``workload`` measured for ``model``
+    (in ``study`` only, when given): context length -> measured workload name."""
+    from autotune.spec.context import buckets_of
+
+    return buckets_of(workload, measured_workload_names(store, model, study))
+
+
+def measured_workload_names(store: Store, model: str, study: str | None = None) -> set[str]:
+    """Every workload name measured for ``model`` (in ``study`` only, when given)."""
+    names: set[str] = set()
+    for s in store.list_studies():
+        if (study is None or s.name == study) and model in (s.model_alias, s.model):
+            names.update(r.workload for r in store.measurements(study=s.name))
+    return names
+
+
+def per_context_only(store: Store, model: str, workload: str, study: str | None = None) -> str:
+    """Why a question about ``workload`` without ``--context`` has no single answer ("" when it
+    has one): it was measured per context-length bucket only."""
+    from autotune.spec.context import buckets_of
+
+    names = measured_workload_names(store, model, study)
+    found = buckets_of(workload, names)
+    if not found or workload in names:
+        return ""
+    return (
+        f"workload {workload!r} of {model} was measured per context length only (buckets of "
+        f"{', '.join(map(str, found))} prompt tokens): give --context L (the prompt tokens of "
+        "the requests to answer for), or --format dsd for one table per bucket"
+    )
+
+
+def context_bucket(
+    store: Store, model: str, workload: str, context: int, study: str | None = None
+) -> Any:
+    """The measured bucket that answers for requests of ``context`` prompt tokens
+    (``autotune.spec.context.BucketPick``): the smallest at or above it, else the largest."""
+    from autotune.spec.context import pick_bucket
+
+    found = measured_buckets(store, model, workload, study)
+    pick = pick_bucket(workload, context, found.values())
+    if pick is None:
+        raise NoResultError(
+            f"no context-length bucket of workload {workload!r} was measured for model "
+            f"{model!r}; measure some with context_lengths: [...] in a study file, or drop "
+            "--context"
+        )
+    return pick
 
 
 @dataclass(frozen=True)
@@ -735,10 +812,19 @@ def next_steps(record: StudyRecord) -> list[str]:
     resolved = ResolvedStudy.from_json(record.resolved_json)
     alias = record.model_alias or record.model
     lines = [f"next: autotune report {record.name} --html {record.name}.html"]
-    lines += [
-        f"      autotune recommend --model {alias} --workload {w} --explain"
-        for w in resolved.spec.workloads
-    ]
+    lengths = resolved.spec.context_lengths if resolved.landscape is None else None
+    from autotune.spec.context import split_bucket
+
+    for w in resolved.spec.workloads:
+        base, length = split_bucket(w)  # a replayed landscape's bucket: ask by --context
+        context = length or (lengths[-1] if lengths else None)
+        flag = f" --context {context}" if context else ""
+        lines.append(f"      autotune recommend --model {alias} --workload {base}{flag} --explain")
+    if lengths:
+        lines += [
+            f"      autotune recommend --model {alias} --workload {w} --format dsd"
+            for w in resolved.spec.workloads
+        ]
     return lines
 
 
@@ -867,6 +953,8 @@ class StudyReport:
     """The baseline's drift per level (``autotune.recommend.choose.Drift``; the drift check)."""
     precision_pct: float = 3.0
     """The study's ``measurement.precision_pct`` (the drift limit)."""
+    buckets: tuple[Any, ...] = ()
+    """One ``autotune.report.context.BucketSection`` per context-length bucket measured."""
 
 
 def report_study(
@@ -914,11 +1002,16 @@ def report_study(
     from autotune.report.tradeoff import slo_of, trade_off_frame
 
     slo_text = {str(w): slo_of(df, str(w)).describe() for w in sorted(df["workload"].unique())}
-    precision = ResolvedStudy.from_json(record.resolved_json).spec.measurement.precision_pct
+    from autotune.report.context import bucket_sections
+
+    resolved = ResolvedStudy.from_json(record.resolved_json)
+    precision = resolved.spec.measurement.precision_pct
     drift = tuple(baseline_drift(store.measurements(study=name)))
+    summary = summary_frame(df)
+    built = {k: v.model_dump() for k, v in resolved.context_buckets.items()}
     return StudyReport(
         df,
-        summary_frame(df),
+        summary,
         written,
         notes,
         verified,
@@ -926,6 +1019,7 @@ def report_study(
         slo_text,
         drift,
         DEFAULT_PRECISION_PCT if precision is None else precision,
+        tuple(bucket_sections(df, summary, built)),
     )
 
 

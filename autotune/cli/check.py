@@ -30,6 +30,14 @@ from autotune.cli._common import Context, pass_ctx
     "as `autotune recommend` answers].",
 )
 @click.option(
+    "--context",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="L",
+    help="Judge against the context-length bucket for requests of L prompt tokens, as "
+    "`autotune recommend --context` picks it.",
+)
+@click.option(
     "--tolerance",
     "tolerance_pct",
     type=click.FloatRange(min=0.0),
@@ -53,6 +61,7 @@ def check(
     workload: str,
     config_arg: str,
     concurrency: int | None,
+    context: int | None,
     tolerance_pct: float,
     study_name: str | None,
 ) -> None:
@@ -72,6 +81,7 @@ def check(
       autotune check --model tiny --workload code --config deployed.json
       autotune check --model tiny --workload code --config '{"method": "ngram", "num_speculative_tokens": 2}'
       autotune check --model kimi --workload code --config spec.json --concurrency 8 --tolerance 2
+      autotune check --model tiny --workload code --context 512 --config deployed.json
     """
     from autotune import api
     from autotune.recommend import check as gate
@@ -79,6 +89,10 @@ def check(
 
     deployed = parse_config_text(*read_config_arg(config_arg))
 
+    if context is not None:  # the context-length axis: judge at the bucket for L
+        pick = api.context_bucket(ctx.store(), model, workload, context, study_name)
+        click.echo(f"note: {pick.line()}", err=True)
+        workload = pick.workload
     rec = api.recommend(ctx.store(), model, workload, concurrency, study=study_name)
     # a partial study, or one whose space was not exhausted (#11.2); low-confidence levels (#11.8)
     for note in (*rec.notes, *(lc.line() for lc in rec.low_confidence)):

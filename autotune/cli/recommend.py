@@ -27,6 +27,16 @@ FORMATS = ("json", "args", "yaml", "dsd")
     help="Answer for this concurrency level [default: one config for all levels].",
 )
 @click.option(
+    "--context",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="L",
+    help="Answer for requests of L prompt tokens, from the study's context-length bucket "
+    "(context_lengths) at or above L, else the largest; a note on stderr says which "
+    "[default: the workload as measured; with only buckets measured, --format dsd prints one "
+    "table per bucket].",
+)
+@click.option(
     "--study",
     "study_name",
     default=None,
@@ -91,6 +101,7 @@ def recommend(
     model: str,
     workload: str,
     concurrency: int | None,
+    context: int | None,
     study_name: str | None,
     fmt: str,
     explain: bool,
@@ -134,6 +145,12 @@ def recommend(
     are accepted on loops, so the speedup overstates real replies): a "note: degenerate outputs
     at ..." line on stderr, "degenerate": true and the figures in "output_degeneracy" in --json.
 
+    A study with context_lengths measures each workload once per context-length bucket (the
+    workloads WORKLOAD@ctxL). --context L answers from the bucket at or above L prompt tokens,
+    else the largest, with a note on stderr saying which; without it such a workload has no
+    single answer, and --format dsd prints one Dynamic SD table per bucket with the range of
+    prompt tokens each answers (deploy them behind a router: vLLM has no per-context switch).
+
     Under a latency SLO (the --slo-* options, else the study's slo: block) only configs whose
     measured p99 latencies (median over repeats) meet every limit are chosen; when none does it
     exits 1 naming the closest. Published starting points carry no latency, so an SLO never
@@ -144,21 +161,49 @@ def recommend(
       autotune recommend --model kimi --workload code
       autotune recommend --model tiny --workload code --concurrency 8 --slo-itl-p99 20
       autotune recommend --model tiny --workload code --concurrency 4 --format args
+      autotune recommend --model tiny --workload code --context 512 --explain
     """
     from autotune import api
+    from autotune.errors import NoResultError, SpecError
     from autotune.spec.slo import SLO
 
     slo = SLO(tpot_p99_ms=slo_tpot_p99, ttft_p99_ms=slo_ttft_p99, itl_p99_ms=slo_itl_p99)
-    answer = api.answer(
-        None if ctx.store_file_missing() else ctx.store,
-        model,
-        workload,
-        concurrency,
-        study=study_name,
-        source=source,
-        slo=slo or None,
-    )
+    missing = ctx.store_file_missing()
+    if context is not None:  # the context-length axis: answer from the bucket for L
+        if source == "published":
+            raise SpecError(
+                "picks a measured bucket; drop it or use --source measured", source="--context"
+            )
+        if missing:
+            raise NoResultError("nothing measured yet (the store does not exist): no bucket")
+        pick = api.context_bucket(ctx.store(), model, workload, context, study_name)
+        click.echo(f"note: {pick.line()}", err=True)
+        workload = pick.workload
+    elif fmt == "dsd" and not missing and source != "published":
+        found = api.measured_buckets(ctx.store(), model, workload, study_name)
+        if found and api.per_context_only(ctx.store(), model, workload, study_name):
+            _print_context_dsd(ctx, model, found, concurrency, study_name, slo, as_json)
+            return
+    try:
+        answer = api.answer(
+            None if missing else ctx.store,
+            model,
+            workload,
+            concurrency,
+            study=study_name,
+            source=source,
+            slo=slo or None,
+        )
+    except NoResultError:
+        # Measured per context-length bucket only: say so rather than "nothing measured".
+        unplain = context is None and not missing and source != "published"
+        if unplain and (why := api.per_context_only(ctx.store(), model, workload, study_name)):
+            raise NoResultError(why) from None
+        raise
     if isinstance(answer, api.PriorRecommendation):
+        unplain = context is None and not missing and source == "any"
+        if unplain and (why := api.per_context_only(ctx.store(), model, workload, study_name)):
+            raise NoResultError(why)
         _print_prior(answer, fmt, explain, as_json)
         return
     rec = answer
@@ -199,12 +244,48 @@ def recommend(
         _explain(rec)
 
 
+def _print_context_dsd(
+    ctx: Context,
+    model: str,
+    buckets: dict[int, str],
+    concurrency: int | None,
+    study_name: str | None,
+    slo: Any,
+    as_json: bool,
+) -> None:
+    """`--format dsd` for a workload measured per context-length bucket: one Dynamic SD table
+    per bucket, with the prompt-token range each answers (``render.context_table``)."""
+    from autotune import api
+
+    entries = []
+    studies = []
+    for length, name in buckets.items():
+        rec = api.recommend(
+            ctx.store(), model, name, concurrency, study=study_name, slo=slo or None
+        )
+        for note in (*rec.notes, *(lc.line() for lc in rec.low_confidence)):
+            click.echo(f"note: {name}: {note}", err=True)
+        entries.append((length, name, render.dsd_config(rec.per_level)))
+        studies.append(rec.study.name)
+    table = render.context_table(entries)
+    if as_json:
+        click.echo(
+            json.dumps({"source": "measured", "study": studies[-1], "context_buckets": table})
+        )
+    else:
+        click.echo(json.dumps(table))
+
+
 def _measured_json(rec: Any, shown: Any) -> dict[str, Any]:
+    from autotune.spec.context import split_bucket
+
     cov = rec.coverage
     return {
         "source": "measured",
         "speculative_config": shown,
         "study": rec.study.name,
+        "workload": rec.workload,
+        "context_length": split_bucket(rec.workload)[1],
         "status": rec.study.status,
         "configs_measured": cov.measured if cov else None,
         "configs_planned": cov.planned if cov else None,
@@ -349,7 +430,33 @@ def _explain(rec: Any) -> None:
         f"provenance   vLLM {r0.vllm_version} on {r0.device_name} ({r0.device_arch}); "
         f"workload digest {r0.workload_digest[:12]}"
     )
+    if bucket := _bucket_line(rec):
+        con.print(bucket)
     if r0.env:
         con.print("engine env   " + " ".join(f"{k}={v}" for k, v in sorted(r0.env.items())))
     if suggestion := render.explain_suggestion(rec):  # no draft, or a poor one: train one
         click.echo(suggestion, err=True)
+
+
+def _bucket_line(rec: Any) -> str:
+    """`--explain`'s line on the context-length bucket answered from ("" for a plain workload):
+    its target and the real prompt tokens, as built (the target's tokenizer) and as the engine
+    counted them in the best config's measurements."""
+    from autotune.spec.context import split_bucket
+
+    _, length = split_bucket(rec.workload)
+    if length is None:
+        return ""
+    rows = [r for r in rec.rows if r.trial_id in rec.choice.best.trial_ids] or list(rec.rows)
+    requests = sum(r.num_requests for r in rows)
+    counted = sum(r.num_prompt_tokens for r in rows) / requests if requests else None
+    line = f"context      bucket of {length} prompt tokens"
+    built = rec.resolved.context_buckets.get(rec.workload)
+    if built is not None:
+        line += (
+            f"; its {built.num_prompts} prompts hold {built.prompt_tokens_mean:,.0f} tokens on "
+            f"average ({built.prompt_tokens_min:,}-{built.prompt_tokens_max:,})"
+        )
+    if counted is not None:
+        line += f"; {counted:,.0f} per request as the engine counted them"
+    return line

@@ -69,8 +69,9 @@ def report(
     degenerate outputs" line per cell where most replies ended in a repeating loop (the
     guard: drafts are accepted on loops), then, where the
     engine recorded latencies, each level's Pareto front of throughput vs p99 TPOT (with
-    goodput and whether each config meets the study's slo:), and writes the plots and exports
-    asked for. Exits 1 when the study has no measurements yet.
+    goodput and whether each config meets the study's slo:), one section per context-length
+    bucket (context_lengths: its target, real prompt tokens and best config per level), and
+    writes the plots and exports asked for. Exits 1 when the study has no measurements yet.
 
     \b
     Example:
@@ -111,6 +112,7 @@ def report(
                     for d in rep.drift
                 ],
                 "degenerate_cells": degenerate,
+                "context_buckets": [b.as_json() for b in rep.buckets],
                 "files": [str(p) for p in written],
             }
         )
@@ -128,6 +130,10 @@ def report(
             click.echo(line)
         for d in rep.drift:  # the drift check's two baseline runs
             click.echo(d.line(rep.precision_pct))
+        if rep.buckets:  # the context-length axis: one section per bucket
+            click.echo("\ncontext-length buckets")
+            for b in rep.buckets:
+                click.echo(b.line())
 
 
 def _clean(row: dict[str, Any]) -> dict[str, Any]:

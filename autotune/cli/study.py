@@ -240,6 +240,7 @@ def show(ctx: Context, name: str, as_json: bool, fmt: str) -> None:
             f"(tensor_parallel_size={resolved.tensor_parallel_size})",
             f"workloads    {', '.join(spec.workloads)}",
             f"concurrency  {', '.join(map(str, spec.concurrency))}",
+            _buckets_line(resolved) or None,
             f"repeats      {spec.repeats}   sampler {spec.sampler}   engine {spec.engine.kind}",
             f"trust_remote_code  yes (by {resolved.trust_remote_code_by})"
             if resolved.trust_remote_code
@@ -547,3 +548,14 @@ def resume(
         replay_time_scale=replay_time_scale,
         wait=wait,
     )
+
+
+def _buckets_line(resolved: Any) -> str:
+    """`study show`'s line on the context-length buckets ("" without them)."""
+    if not resolved.context_buckets:
+        return ""
+    shown = "; ".join(
+        f"{name} {b.prompt_tokens_mean:,.0f} ({b.prompt_tokens_min:,}-{b.prompt_tokens_max:,})"
+        for name, b in resolved.context_buckets.items()
+    )
+    return f"context      prompt tokens per bucket, mean (min-max): {shown}"

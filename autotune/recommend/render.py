@@ -113,6 +113,28 @@ def dsd_config(choices: Sequence[Choice]) -> dict[str, Any] | None:
     return config
 
 
+def context_table(buckets: Sequence[tuple[int, str, Any]]) -> list[dict[str, Any]]:
+    """One entry per context-length bucket, ``(L, measured workload, config)`` in increasing L:
+    the prompt-token range it answers (``[lo, hi]``; above the previous bucket up to L, the
+    last one open-ended: ``hi`` null), as ``recommend --context`` picks buckets, and its config
+    (a Dynamic SD one with ``--format dsd``). vLLM has no per-context switch, so each entry is
+    one deployment behind a router that sends a request by its prompt length."""
+    out: list[dict[str, Any]] = []
+    lo = 1
+    for i, (length, workload, config) in enumerate(buckets):
+        hi = None if i == len(buckets) - 1 else length
+        out.append(
+            {
+                "context_tokens": [lo, hi],
+                "context_length": length,
+                "workload": workload,
+                "speculative_config": dict(config) if config else None,
+            }
+        )
+        lo = length + 1
+    return out
+
+
 # --- `recommend --explain`: when to train a draft -------------------------------------------
 
 MIN_DRAFT_ACCEPTANCE_LENGTH = 1.5

@@ -58,7 +58,9 @@ def add_goodput(
     column: each measurement's goodput under its workload's SLO, NaN where it has no
     per-request latencies (a replayed landscape, or stored before schema 4)."""
     assert spec.slo is not None
-    slos = {w: spec.slo.for_workload(w) for w in spec.workloads}
+    # A context bucket (WORKLOAD@ctxL) takes its workload's SLO.
+    names = sorted({*spec.workloads, *(r.workload for r in records)})
+    slos = {w: spec.slo.for_workload(w) for w in names}
     out = df.copy()
     out.attrs.update(df.attrs)
     out.attrs["slo"] = {

@@ -663,7 +663,7 @@ def _tpot_ratios(rows: Sequence[MeasurementRecord]) -> dict[Level, float]:
 
 
 def _levels_of(study: ResolvedStudy) -> frozenset[Level]:
-    return frozenset((w, c) for w in study.spec.workloads for c in study.spec.concurrency)
+    return frozenset((w, c) for w in study.measured_names() for c in study.spec.concurrency)
 
 
 def _speculative(space: SearchSpace) -> list[Option]:

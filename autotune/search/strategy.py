@@ -75,7 +75,7 @@ def plan_cells(study: ResolvedStudy) -> list[Cell]:
     return [
         Cell(workload=w, concurrency=c, repeat=r)
         for r in range(study.spec.repeats)
-        for w in study.spec.workloads
+        for w in study.measured_names()
         for c in study.spec.concurrency
     ]
 

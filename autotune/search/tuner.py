@@ -38,6 +38,7 @@ from autotune.engine._base import (
     MeasureSettings,
     PreparedWorkload,
 )
+from autotune.errors import SpecError
 from autotune.search.samplers import (
     OptunaMirror,
     OptunaStrategy,
@@ -383,7 +384,7 @@ class Tuner:
 
     @property
     def _num_levels(self) -> int:
-        return len(self.study.spec.workloads) * len(self.study.spec.concurrency)
+        return len(self.study.measured_names()) * len(self.study.spec.concurrency)
 
     def _best(self) -> str | None:
         """The config with the highest objective among those measured at every level."""
@@ -422,4 +423,22 @@ class Tuner:
             from autotune.datasets import prepare as prepare_fn
 
             prepare = prepare_fn
-        return [prepare(*study.measured_workload(name)) for name in study.workloads]
+        if not study.spec.context_lengths:
+            return [prepare(*study.measured_workload(name)) for name in study.workloads]
+        from autotune.datasets.context import load_target_tokenizer, prepare_measured
+
+        tokenizer = load_target_tokenizer(study)
+        out = []
+        for name in study.measured_names():
+            prepared, _ = prepare_measured(study, name, tokenizer)
+            built = study.context_buckets.get(name)
+            if built is not None and built.digest != prepared.digest:
+                raise SpecError(
+                    f"context bucket {name}'s prompts differ from the ones built at study "
+                    "create (the workload's source or the target's tokenizer changed); create "
+                    "the study again (autotune study create FILE --replace)",
+                    source=self.record.name,
+                    field="context_lengths",
+                )
+            out.append(prepared)
+        return out

@@ -19,6 +19,7 @@ from pydantic import BaseModel, Field, ValidationError
 from autotune.errors import SpecError
 from autotune.spec._base import StrictModel
 from autotune.spec.catalog import detected_device_key, load_catalog, tensor_parallel_for
+from autotune.spec.context import base_workload, bucket_name
 from autotune.spec.drafts import block_draft, unknown_block_reason
 from autotune.spec.knobs import check_params, cpu_warnings
 from autotune.spec.methods import METHODS, RuleContext, check, dspark_n, max_n
@@ -258,6 +259,19 @@ class ResolvedWorkload(StrictModel):
     base_dir: str = Field(description="Directory of the workload file (for relative paths).")
 
 
+class ContextBucket(StrictModel):
+    """A context-length bucket as built at ``study create``: its target and its prompts' real
+    token counts (the target's tokenizer, chat template included, as the engine sends them)."""
+
+    workload: str = Field(description="The workload the bucket grows.")
+    context_length: int = Field(description="The bucket's target, in prompt tokens.")
+    num_prompts: int = Field(description="Prompts in the bucket.")
+    prompt_tokens_mean: float = Field(description="Mean prompt tokens per prompt.")
+    prompt_tokens_min: int = Field(description="Shortest prompt, in tokens.")
+    prompt_tokens_max: int = Field(description="Longest prompt, in tokens.")
+    digest: str = Field(description="The bucket's workload digest (its measurements').")
+
+
 class ResolvedStudy(StrictModel):
     """A study with the catalog applied: what the tuner runs, stored as JSON with the study."""
 
@@ -277,12 +291,26 @@ class ResolvedStudy(StrictModel):
     trust_remote_code_by: str | None = Field(
         None, description="Who consented: the study file, or the catalog entry (with its source)."
     )
+    context_buckets: dict[str, ContextBucket] = Field(
+        default_factory=dict,
+        description="The context-length buckets by measured workload name (WORKLOAD@ctxL), as "
+        "built at study create; empty without context_lengths.",
+    )
+
+    def measured_names(self) -> list[str]:
+        """The workloads the study measures: with ``context_lengths``, one ``WORKLOAD@ctxL``
+        per (workload, bucket); else the study's workloads (a replayed landscape's names)."""
+        lengths = self.spec.context_lengths
+        if not lengths or self.landscape is not None:
+            return list(self.spec.workloads)
+        return [bucket_name(w, n) for w in self.spec.workloads for n in lengths]
 
     def measured_workload(self, name: str) -> tuple[WorkloadSpec, Path]:
         """Workload ``name`` as the study measures it: its snapshot with the study's
         ``measurement.max_prompts``/``max_tokens`` caps applied, and its base directory (what
-        ``autotune.datasets.prepare`` takes)."""
-        w = self.workloads[name]
+        ``autotune.datasets.prepare`` takes). A bucket (``WORKLOAD@ctxL``) gives its
+        workload's; ``autotune.datasets.context`` grows its prompts."""
+        w = self.workloads[base_workload(name)]
         m = self.spec.measurement
         caps: dict[str, Any] = {}
         if m.max_prompts is not None and m.max_prompts < w.spec.num_prompts:
@@ -461,6 +489,7 @@ def resolve_study(spec: StudySpec, source: str, platform: str | None = None) -> 
                 raise
             workloads[name] = ResolvedWorkload(spec=wspec, base_dir=str(wpath.parent.resolve()))
 
+    _check_context_lengths(spec, engine_args, workloads, source)
     return ResolvedStudy(
         spec=spec,
         model_alias=alias,
@@ -475,6 +504,40 @@ def resolve_study(spec: StudySpec, source: str, platform: str | None = None) -> 
         trust_remote_code=trust,
         trust_remote_code_by=trust_by,
     )
+
+
+def _check_context_lengths(
+    spec: StudySpec,
+    engine_args: dict[str, Any],
+    workloads: dict[str, ResolvedWorkload],
+    source: str,
+) -> None:
+    """Each bucket plus each workload's output tokens must fit the model's ``max_model_len``
+    (when the engine args give it), or vLLM would refuse the requests."""
+    lengths = spec.context_lengths
+    if not lengths:
+        return
+    if spec.engine.kind == "replay":
+        raise SpecError(
+            "a replayed landscape's workloads are its buckets already (WORKLOAD@ctxL names); "
+            "drop context_lengths",
+            source=source,
+            field="context_lengths",
+        )
+    limit = engine_args.get("max_model_len")
+    if not isinstance(limit, int) or isinstance(limit, bool):
+        return
+    cap = spec.measurement.max_tokens
+    for i, length in enumerate(lengths):
+        for name, w in workloads.items():
+            out = min(w.spec.max_tokens, cap) if cap else w.spec.max_tokens
+            if length + out > limit:
+                raise SpecError(
+                    f"{length} prompt tokens + {out} output tokens of workload {name} exceed "
+                    f"the model's max_model_len ({limit})",
+                    source=source,
+                    field=f"context_lengths.{i}",
+                )
 
 
 # --- engine args, env and consent --------------------------------------------------------------

@@ -39,8 +39,11 @@ class SLOSpec(SLOLimits):
     )
 
     def for_workload(self, workload: str) -> SLO:
-        """The limits that apply to ``workload``."""
-        own = self.workloads.get(workload)
+        """The limits that apply to ``workload`` (a context bucket ``WORKLOAD@ctxL`` takes its
+        workload's)."""
+        from autotune.spec.context import base_workload
+
+        own = self.workloads.get(workload) or self.workloads.get(base_workload(workload))
         pick = own.model_dump(exclude_none=True) if own else {}
         merged = {**self.model_dump(exclude={"workloads"}, exclude_none=True), **pick}
         return SLO(**merged)

@@ -6,6 +6,7 @@ drafts, method rules) run in ``autotune.spec.loader.resolve_study``.
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Annotated, Any, Literal
 
@@ -20,6 +21,9 @@ MAX_REF_CHARS = 512
 
 MAX_CONCURRENCY = 65_536
 """Highest concurrency level a study may ask for (requests in flight on one engine)."""
+
+MAX_CONTEXT_LENGTH = 16_777_216
+"""Longest context-length bucket a study may ask for (prompt tokens)."""
 
 
 class NRange(StrictModel):
@@ -272,6 +276,17 @@ class StudySpec(StrictModel):
         description="Concurrency levels (requests in flight). The best N usually falls as "
         "concurrency rises; all are measured on the same warm engine.",
     )
+    context_lengths: list[Annotated[Int, Field(ge=1, le=MAX_CONTEXT_LENGTH)]] | None = Field(
+        None,
+        min_length=1,
+        max_length=16,
+        description="Context-length buckets (prompt tokens, increasing, each within the "
+        "model's max_model_len with the output tokens): every workload is measured once per "
+        "bucket, as the workload WORKLOAD@ctxL, with prompts grown from the workload's own text "
+        "(its other prompts before each one, never random tokens) to about L tokens of the "
+        "target's tokenizer. The best N moves with context: at long context decode is "
+        "memory-bound again. Default: each workload as it is.",
+    )
     methods: list[MethodSpec] = Field(
         default_factory=list,
         max_length=64,
@@ -330,6 +345,13 @@ class StudySpec(StrictModel):
         if len(set(v)) != len(v):
             raise ValueError("concurrency levels must be unique")
         return sorted(v)
+
+    @field_validator("context_lengths")
+    @classmethod
+    def _context_lengths(cls, v: list[int] | None) -> list[int] | None:
+        if v is not None and any(b <= a for a, b in itertools.pairwise(v)):
+            raise ValueError("context lengths must be strictly increasing (e.g. [1024, 8192])")
+        return v
 
     @model_validator(mode="after")
     def _unique_methods(self) -> StudySpec:

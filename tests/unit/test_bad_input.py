@@ -102,6 +102,17 @@ STUDY_CASES: dict[str, tuple[str | bytes, str, str | None]] = {
         "set trust_remote_code: true",
         "model.env.PYTHONPATH",
     ),
+    "context-lengths-decreasing": (
+        GOOD + "context_lengths: [512, 128]\n",
+        "strictly increasing",
+        "context_lengths",
+    ),
+    "context-length-zero": (GOOD + "context_lengths: [0]\n", "greater than or equal", None),
+    "context-length-over-max-model-len": (
+        GOOD + "context_lengths: [128, 1000]\n",
+        "exceed the model's max_model_len (1024)",
+        "context_lengths.1",
+    ),
     "too-large": ("name: t1\n" + "# pad\n" * 800_000, "larger than 4 MiB", None),
 }
 
