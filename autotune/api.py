@@ -106,6 +106,8 @@ def degenerate_lines(store: Store, study: str) -> list[str]:
         )
         for c in cells
     ]
+
+
 def build_context_buckets(resolved: ResolvedStudy, source: str) -> ResolvedStudy:
     """The study with its context-length buckets built (``autotune.datasets.context``) and their
     real token counts recorded, so a workload too short for a bucket is refused at create."""
