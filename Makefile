@@ -17,7 +17,7 @@ ACCEL := $(shell if [ -e /dev/kfd ] || command -v rocm-smi >/dev/null 2>&1; then
                  elif command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then echo cuda; \
                  else echo cpu; fi)
 
-.PHONY: install test test-unit test-contract test-integration lint format demo verify bench-search bench-stress bench-cli bench-scale bench-fidelity bench-agreement recommend check clean help
+.PHONY: install test test-unit test-contract test-integration lint format demo verify bench-search bench-stress bench-cli bench-scale bench-prefix bench-fidelity bench-agreement recommend check clean help
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -88,6 +88,9 @@ bench-cli: $(STAMP)  ## wall time of the read-only commands (recommend, check, s
 
 bench-scale: $(STAMP)  ## a replay study on 1, 2, 4, 8 logical GPUs through the Ray pool: wall time, busy fraction
 	$(PY) bench/scale.py
+
+bench-prefix: $(STAMP)  ## fit each method's prefix ratio (a smaller N's acceptance vs a larger N's run) from the recorded sweeps
+	$(PY) bench/fit_prefix.py
 
 bench-fidelity: $(STAMP)  ## autotune's harness vs vllm bench serve against vllm serve: one config and the baseline, 3 interleaved repeats
 	$(PY) bench/fidelity.py --repeats 3

@@ -21,6 +21,7 @@ from autotune.perf.acceptance import (
     run_weight,
 )
 from autotune.perf.cost import StepCost, StepSample, fit_step_cost
+from autotune.perf.prefix import PrefixRatio
 from autotune.perf.records import UNKNOWN, Point, Prediction
 from autotune.spec.methods import BASELINE, METHODS
 
@@ -218,22 +219,40 @@ class PerfModel:
         return list(measured)
 
     def _acceptance(self, method: str, n: int, c: int) -> tuple[float, float, float] | None:
-        """(center, low, high) of E(N) at concurrency c."""
+        """(center, low, high) of E(N) at concurrency c.
+
+        A run at N measures a_1..a_N for that N only: another N follows another decoding
+        trajectory, so its a_i lies within the method's ``prefix_ratio`` of the run's (fitted
+        from the recorded sweeps). Runs at N itself are used when there are any; otherwise the
+        bounds widen by that ratio, so a smaller N that may accept more stays in reach.
+        """
         runs = [
             (key, cell) for key, cell in self._cells.items() if key[0] == method and cell.acceptance
         ]
+        ratio = _prefix_ratio(method)
         if not _prefix_consistent(method):
             measured_n = sorted({key[1] for key, _ in runs})
             if not measured_n:
                 return None
             if n not in measured_n:
                 # a_i of another N does not carry over: center on the nearest measured N (the
-                # longer on a tie), but allow anything from no acceptance to full.
+                # longer on a tie); the bounds are the method's fitted ratio where it has one,
+                # else anything from no acceptance to full.
                 nearest = min(measured_n, key=lambda m: (abs(m - n), -m))
                 pooled = _pool([cell for key, cell in runs if key[1] == nearest])
-                center = extend_acceptance(pooled, n)[0]
-                return float(center.sum()), 0.0, float(n)
+                center, low, high = extend_acceptance(pooled, n)
+                if ratio == (1.0, 1.0):
+                    return float(center.sum()), 0.0, float(n)
+                lo_m, hi_m = _ratio_bounds(ratio, [nearest], n)
+                low, high = low * lo_m, np.minimum(high * hi_m, 1.0)
+                return float(center.sum()), float(low.sum()), float(high.sum())
             runs = [(key, cell) for key, cell in runs if key[1] == n]
+        widen: tuple[float, float] | None = None
+        same_n = [(key, cell) for key, cell in runs if key[1] == n]
+        if same_n:
+            runs = same_n
+        elif runs and ratio != (1.0, 1.0):
+            widen = _ratio_bounds(ratio, [key[1] for key, _ in runs], n)
         by_c: dict[int, list[_Cell]] = defaultdict(list)
         for key, cell in runs:
             by_c[key[2]].append(cell)
@@ -260,6 +279,9 @@ class PerfModel:
                 # Past every measured position: geometric center, bounds 0 and the last a_i.
                 mid[i] = mid[i - 1] * geometric_tail(pooled_all)
                 lo[i], hi[i] = 0.0, hi[i - 1]
+        if widen is not None:
+            lo *= widen[0]
+            hi = np.minimum(hi * widen[1], 1.0)
         return float(mid.sum()), float(lo.sum()), float(hi.sum())
 
     def _cost(self, method: str, c: int) -> tuple[StepCost, list[StepCost]] | None:
@@ -393,6 +415,22 @@ def _rate(curve: np.ndarray, i: int) -> float:
 def _prefix_consistent(method: str) -> bool:
     rule = METHODS.get(method)
     return rule.prefix_consistent if rule else False
+
+
+def _prefix_ratio(method: str) -> tuple[float, float]:
+    rule = METHODS.get(method)
+    return rule.prefix_ratio if rule else (1.0, 1.0)
+
+
+def _ratio_bounds(ratio: tuple[float, float], run_ns: Iterable[int], n: int) -> tuple[float, float]:
+    """Multipliers taking the a_i of runs at ``run_ns`` to the range of N = ``n``'s a_i: the
+    fitted ratio from a larger-N run, its inverse from a smaller-N run, both when runs of both
+    sides are pooled."""
+    fit = PrefixRatio(ratio[0], ratio[1], 0)
+    sides = [fit.bounds(from_larger=m > n) for m in set(run_ns) if m != n]
+    if not sides:
+        return 1.0, 1.0
+    return min(s[0] for s in sides), max(s[1] for s in sides)
 
 
 def _parallel_draft(method: str) -> bool:

@@ -638,13 +638,16 @@ def _step_floor(n: int, runs: Mapping[int, _Run], base: _Run | None) -> float:
 
 
 def _max_accepted(method: str, curve: Sequence[float], n: int) -> float:
-    """The largest E(n) the measured acceptance allows: exact where measured for a
-    prefix-consistent drafter, the last a_i repeated past it (a_i never rises), n otherwise."""
+    """The largest E(n) the measured acceptance allows: for a prefix-consistent drafter the
+    pooled curve raised by the method's fitted ``prefix_ratio`` (another N follows another
+    trajectory), each a_i at most 1, and the last a_i repeated past it (a_i never rises); n
+    otherwise."""
     rule = METHODS.get(method)
     if rule is None or not rule.prefix_consistent or len(curve) == 0:
         return float(n)
-    head = float(sum(curve[:n]))
-    return head + max(n - len(curve), 0) * float(curve[-1])
+    high = max(rule.prefix_ratio[1], 1.0 / rule.prefix_ratio[0])
+    raised = [min(1.0, float(a) * high) for a in curve[:n]]
+    return sum(raised) + max(n - len(curve), 0) * raised[-1]
 
 
 def _tpot_ratios(rows: Sequence[MeasurementRecord]) -> dict[Level, float]:

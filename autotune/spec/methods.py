@@ -47,8 +47,13 @@ class MethodRule:
     """True when the drafter proposes all N tokens in one forward pass (DFlash, DSpark);
     chain drafters pay one draft step per token."""
     prefix_consistent: bool
-    """True when the token drafted at position i does not depend on N, so one run at N_max
-    measures the acceptance of every smaller N."""
+    """True when the token drafted at position i does not depend on N, so a run at N_max bounds
+    the acceptance of every smaller N (within ``prefix_ratio``)."""
+    prefix_ratio: tuple[float, float] = (1.0, 1.0)
+    """The range of a_i(N) / a_i(N') for N < N' in the project's recorded real sweeps
+    (``make bench-prefix``, rounded outward): a smaller N changes the decoding trajectory, so its
+    acceptance is the larger N's within this range, not equal to it. (1, 1) where no sweep has
+    measured the method at two N."""
     accepts_draft: bool = True
     """False for methods that draft without a checkpoint (ngram, suffix); mtp takes one only for
     models whose MTP head ships separately (Gemma 4's assistant checkpoint)."""
@@ -65,6 +70,7 @@ METHODS: dict[str, MethodRule] = {
         needs_draft=False,
         parallel_draft=False,
         prefix_consistent=True,
+        prefix_ratio=(0.92, 1.24),
         accepts_draft=False,
         description="prompt lookup: copies the continuation of the last matching n-gram",
     ),
@@ -73,6 +79,7 @@ METHODS: dict[str, MethodRule] = {
         needs_draft=True,
         parallel_draft=False,
         prefix_consistent=True,
+        prefix_ratio=(0.95, 1.12),
         description="a small model sharing the target's vocabulary drafts autoregressively",
     ),
     "eagle3": MethodRule(
@@ -80,6 +87,7 @@ METHODS: dict[str, MethodRule] = {
         needs_draft=True,
         parallel_draft=False,
         prefix_consistent=True,
+        prefix_ratio=(0.96, 1.14),
         description="EAGLE-3 head on the target's hidden states, drafts autoregressively",
     ),
     "mtp": MethodRule(
@@ -87,13 +95,18 @@ METHODS: dict[str, MethodRule] = {
         needs_draft=False,
         parallel_draft=False,
         prefix_consistent=True,
+        prefix_ratio=(0.98, 1.18),
         description="the model's own multi-token-prediction layers (N > layers reuses them)",
     ),
     "dflash": MethodRule(
         "dflash",
         needs_draft=True,
         parallel_draft=True,
-        prefix_consistent=True,
+        # DFlash drafts its block with bidirectional attention (vLLM's DFlash model "supports
+        # bidirectional attention in denoising mode"), so its first positions depend on N; the
+        # recorded sweep agrees (a_1 = 0.617 at N = 1, 0.546 at N = 2).
+        prefix_consistent=False,
+        prefix_ratio=(0.85, 1.27),
         description="block diffusion drafter: proposes a block in one pass; N <= block_size - 1",
     ),
     "dspark": MethodRule(

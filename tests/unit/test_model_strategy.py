@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 
 from autotune import api
-from autotune.engine.landscape import LandscapePoint, write_landscape
+from autotune.engine.landscape import LandscapePoint, read_landscape, write_landscape
 from autotune.search.bench import study_from_landscape
 from autotune.search.model_strategy import _Run, _step_floor
+from autotune.spec.methods import METHODS
 from autotune.store import Store
 
 DRAFT = "org/toy-eagle3"
@@ -25,16 +26,20 @@ def toy_landscape(
     per_token_s: float | Mapping[int, float],
     skip_n: Sequence[int] = (),
     repeats: int = 2,
+    trajectory: float = 0.0,
 ) -> Path:
     """eagle3 N = 1..len(acceptance) at c = 1 and 4, identical repeats, 30 s starts.
 
-    ``per_token_s``: the step cost of one draft token, or per concurrency level."""
+    ``per_token_s``: the step cost of one draft token, or per concurrency level. ``trajectory``:
+    a run at N accepts a_i x (1 + trajectory x (N_max - N) / (N_max - 1)) (capped at 1), a
+    smaller N accepting more than the largest N's prefix, as the recorded sweeps show."""
     cost = per_token_s if isinstance(per_token_s, Mapping) else dict.fromkeys(T0, per_token_s)
     points = []
     for n in range(len(acceptance) + 1):
         if n in skip_n:
             continue
-        acc = tuple(acceptance[:n])
+        lift = 1 + trajectory * (len(acceptance) - n) / max(len(acceptance) - 1, 1)
+        acc = tuple(min(1.0, a * lift) for a in acceptance[:n])
         for c, t0 in T0.items():
             tput = c * (1 + sum(acc)) / (t0 + cost[c] * n)
             for r in range(repeats):
@@ -213,3 +218,23 @@ def test_proposes_a_batch_for_free_slots(tmp_path: Path):
     # The plan so far: the three running configs (no candidate is known before they finish).
     assert strategy.planned(running) == 3
     assert strategy.planned(empty) == 3
+
+
+def test_a_smaller_n_that_accepts_more_than_the_prefix_is_measured(tmp_path: Path):
+    # The trajectory effect of the recorded sweeps (a smaller N accepting up to eagle3's fitted
+    # prefix ratio more than the largest N's run): at c = 1 the true best is N = 5, which an
+    # exact-prefix prediction from the N = 7 run ranks below N = 6 and never starts.
+    acceptance = [round(0.7 * 0.95**i, 4) for i in range(7)]
+    lift = METHODS["eagle3"].prefix_ratio[1] - 1
+    land = toy_landscape(tmp_path / "l.csv", acceptance, per_token_s=0.003, trajectory=lift)
+    truth: dict[int, dict[int, float]] = defaultdict(dict)
+    for p in read_landscape(land):
+        truth[p.concurrency][p.num_speculative_tokens] = p.output_throughput_tok_s
+    store, _ = run(tmp_path, land)
+    measured = {t.num_speculative_tokens for t in store.trials(store.get_study("toy"))}
+    for c, by_n in truth.items():
+        best_n = max(by_n, key=lambda n: by_n[n])
+        assert best_n in measured, (c, best_n, sorted(measured))
+        answer = api.recommend(store, "org/toy", "code", c).choice.best.num_speculative_tokens
+        # Within the choosing rule's 1 % tie (which prefers the smaller N) of the true best.
+        assert by_n[answer] >= by_n[best_n] * 0.99, (c, answer, best_n)

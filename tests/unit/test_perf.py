@@ -17,6 +17,7 @@ from autotune.perf import (
     fit_step_cost,
     mean_acceptance_length,
 )
+from autotune.spec.methods import METHODS
 
 # A known drafter and a known step cost: t_step(N) = T0_S + N · D_S at concurrency 1.
 A = (0.8, 0.6, 0.4, 0.2)
@@ -171,17 +172,36 @@ def test_parallel_drafter_keeps_its_draft_cost_at_small_n():
     assert chain > parallel
 
 
-def test_parallel_drafter_two_n_fit_is_exact():
+def test_parallel_drafter_two_n_fit_centers_exactly_and_keeps_the_trajectory_range():
+    # DFlash is not prefix-consistent: the center comes from the nearest measured N (exact on a
+    # landscape built from one prefix curve), the range is the method's fitted prefix ratio.
     fixed, verify = 0.003, 0.0005  # draft pass, verification per token
     pts = [Point("none", 0, 1, exact_tput(0))]
     pts += [
         Point("dflash", n, 1, exact_tput(n, fixed=fixed, d=verify), A[:n], 3, 0.0) for n in (2, 4)
     ]
     model = PerfModel.fit(pts)
+    low_ratio, high_ratio = METHODS["dflash"].prefix_ratio
     for n in (1, 3):
         pred = model.predict("dflash", n, 1)
         assert pred.throughput_tok_s == pytest.approx(exact_tput(n, fixed=fixed, d=verify))
-        assert pred.high - pred.low == pytest.approx(0.0, abs=1e-9)
+        assert pred.low < pred.throughput_tok_s < pred.high
+        # The acceptance bounds scale E(N) by at most the fitted range (and its inverse).
+        assert pred.high / pred.throughput_tok_s < max(high_ratio, 1 / low_ratio) + 1e-9
+
+
+def test_smaller_n_of_a_chain_drafter_is_bounded_by_the_fitted_prefix_ratio():
+    # One eagle3 run at N = 4: N = 2's a_1, a_2 are the run's within the fitted ratio, so the
+    # upper bound exceeds the prefix prediction and the lower bound falls below it.
+    pts = [Point("none", 0, 1, exact_tput(0)), Point("eagle3", 4, 1, exact_tput(4), A, 3, 0.0)]
+    pts.append(Point("eagle3", 3, 1, exact_tput(3), A[:3], 3, 0.0))
+    model = PerfModel.fit(pts)
+    pred = model.predict("eagle3", 2, 1)
+    assert pred.low < pred.throughput_tok_s < pred.high
+    # With a run at N itself the acceptance is that run's: no trajectory range on top.
+    exact = PerfModel.fit([*pts, Point("eagle3", 2, 4, exact_tput(2), A[:2], 3, 0.0)])
+    center, low, high = exact._acceptance("eagle3", 2, 4)
+    assert low == pytest.approx(center) and high == pytest.approx(center)
 
 
 def test_parallel_drafter_verification_prior_from_baseline_scaling():
@@ -241,19 +261,23 @@ def test_uncertainty_shrinks_with_a_second_n_and_covers_the_truth():
 
 def test_range_with_one_n_spans_every_split_of_the_extra_cost():
     # No noise: at N = 2 the step lies between the all-per-token line (t_base + 2 d) and the
-    # all-fixed one (t(4)), so throughput lies between 2.4 / t(4) and 2.4 / (t_base + 2 d).
+    # all-fixed one (t(4)); N = 2's a_1, a_2 are the N = 4 run's within eagle3's fitted prefix
+    # ratio (another N follows another trajectory), so E(2) lies in 1.4 x [low, high].
+    low, high = METHODS["eagle3"].prefix_ratio
     pred = PerfModel.fit(chain_points((4,))).predict("eagle3", 2, 1)
-    assert pred.low == pytest.approx(2.4 / (T0_S + 4 * D_S))
-    assert pred.high == pytest.approx(2.4 / (T0_S + 2 * D_S))
+    assert pred.low == pytest.approx((1 + 1.4 * low) / (T0_S + 4 * D_S))
+    assert pred.high == pytest.approx((1 + 1.4 * high) / (T0_S + 2 * D_S))
 
 
 def test_extrapolated_n_uses_acceptance_bounds():
     pred = PerfModel.fit(chain_points((4,))).predict("eagle3", 5, 1)
     # Center: a_5 = 0.1 (geometric), t = t0 + 5 d. Low: a_5 = 0 and the dearest line. High:
-    # a_5 = a_4 and the cheapest line (all cost fixed: t(5) = t(4)).
+    # a_5 = a_4 and the cheapest line (all cost fixed: t(5) = t(4)). A larger N than the run's
+    # carries the inverse of the fitted prefix ratio on top.
+    low, high = METHODS["eagle3"].prefix_ratio
     assert pred.throughput_tok_s == pytest.approx(3.1 / (T0_S + 5 * D_S))
-    assert pred.low == pytest.approx(3.0 / (T0_S + 5 * D_S))
-    assert pred.high == pytest.approx(3.2 / (T0_S + 4 * D_S))
+    assert pred.low == pytest.approx((1 + 2.0 / high) / (T0_S + 5 * D_S))
+    assert pred.high == pytest.approx((1 + 2.2 / low) / (T0_S + 4 * D_S))
 
 
 def test_non_prefix_consistent_unmeasured_n_is_wide():
