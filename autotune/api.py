@@ -7,6 +7,7 @@ exactly as it was.
 from __future__ import annotations
 
 import contextlib
+import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -688,9 +689,10 @@ def next_steps(record: StudyRecord) -> list[str]:
     """The commands to run after a study run: look at the report, take the recommendation."""
     resolved = ResolvedStudy.from_json(record.resolved_json)
     alias = record.model_alias or record.model
-    lines = [f"next: autotune report {record.name} --html {record.name}.html"]
+    q = shlex.quote  # the lines are commands to paste: every user-given word quoted
+    lines = [f"next: autotune report {q(record.name)} --html {q(record.name + '.html')}"]
     lines += [
-        f"      autotune recommend --model {alias} --workload {w} --explain"
+        f"      autotune recommend --model {q(alias)} --workload {q(w)} --explain"
         for w in resolved.spec.workloads
     ]
     return lines
