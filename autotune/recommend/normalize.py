@@ -18,6 +18,9 @@ from typing import Any
 
 from autotune.errors import SpecError
 
+MAX_CONFIG_JSON = 16 * 1024
+"""Largest --speculative-config (as JSON) ``check`` compares."""
+
 NGRAM_DEFAULT_LOOKUP = 5
 """vLLM's prompt_lookup_min/max when neither is given (vllm/config/speculative.py)."""
 
@@ -108,9 +111,17 @@ def check_config(config: Mapping[str, Any], source: str) -> None:
     from autotune.spec.methods import GLOBAL_MAX_N, METHODS
     from autotune.spec.reading import excerpt
 
+    if len(json.dumps(config, default=str)) > MAX_CONFIG_JSON:
+        # A --speculative-config is a few hundred bytes; a bigger one would be echoed back in
+        # the "never measured" line.
+        raise SpecError(
+            f"a --speculative-config larger than {MAX_CONFIG_JSON // 1024} KiB", source=source
+        )
     method = config.get("method")
     known = sorted(METHODS)
     if method == "[ngram]":
+        method = "ngram"
+    if method == "ngram_gpu":  # vLLM's GPU n-gram proposer takes n-gram's knobs
         method = "ngram"
     if not isinstance(method, str) or method not in METHODS:
         guess = difflib.get_close_matches(str(method), known, n=1)

@@ -331,6 +331,10 @@ CASES: dict[str, Case] = {
     "config-n-2.5": _config('{"method": "ngram", "num_speculative_tokens": 2.5}', "[1, 15]"),
     "config-n-true": _config('{"method": "ngram", "num_speculative_tokens": true}', "[1, 15]"),
     "config-method-bogus": _config('{"method": "bogus", "num_speculative_tokens": 2}', "bogus"),
+    "config-huge-value": _config(
+        '{"method": "ngram", "num_speculative_tokens": 2, "quantization": "' + "q" * 200_000 + '"}',
+        "16 KiB",
+    ),
     "config-unknown-key": _config(
         '{"method": "ngram", "num_speculative_tokens": 2, "foo": 1}', "unknown key"
     ),
