@@ -7,6 +7,7 @@ exactly as it was.
 from __future__ import annotations
 
 import contextlib
+import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -813,7 +814,8 @@ def next_steps(record: StudyRecord) -> list[str]:
     """The commands to run after a study run: look at the report, take the recommendation."""
     resolved = ResolvedStudy.from_json(record.resolved_json)
     alias = record.model_alias or record.model
-    lines = [f"next: autotune report {record.name} --html {record.name}.html"]
+    q = shlex.quote  # the lines are commands to paste: every user-given word quoted
+    lines = [f"next: autotune report {q(record.name)} --html {q(record.name + '.html')}"]
     lengths = resolved.spec.context_lengths if resolved.landscape is None else None
     from autotune.spec.context import split_bucket
 
@@ -821,10 +823,12 @@ def next_steps(record: StudyRecord) -> list[str]:
         base, length = split_bucket(w)  # a replayed landscape's bucket: ask by --context
         context = length or (lengths[-1] if lengths else None)
         flag = f" --context {context}" if context else ""
-        lines.append(f"      autotune recommend --model {alias} --workload {base}{flag} --explain")
+        lines.append(
+            f"      autotune recommend --model {q(alias)} --workload {q(base)}{flag} --explain"
+        )
     if lengths:
         lines += [
-            f"      autotune recommend --model {alias} --workload {w} --format dsd"
+            f"      autotune recommend --model {q(alias)} --workload {q(w)} --format dsd"
             for w in resolved.spec.workloads
         ]
     return lines

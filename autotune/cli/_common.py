@@ -9,11 +9,13 @@ terminal only when every number and id fits whole.
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, is_dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import click
@@ -50,6 +52,83 @@ class Context:
 
 
 pass_ctx = click.make_pass_decorator(Context)
+
+
+class FiniteFloatRange(click.FloatRange):
+    """click's FloatRange without ``inf`` and ``nan`` (``nan`` passes every range check)."""
+
+    name = "finite float range"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            number = 0.0  # click's own conversion reports it
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number.", param, ctx)
+        return super().convert(value, param, ctx)
+
+
+FINITE_FLOAT = FiniteFloatRange()
+"""A finite number (``inf``, ``nan`` and ``1e999`` are refused)."""
+NON_NEGATIVE_FLOAT = FiniteFloatRange(min=0.0)
+"""A finite number >= 0."""
+POSITIVE_FLOAT = FiniteFloatRange(min=0.0, min_open=True)
+"""A finite number > 0."""
+POSITIVE_INT = click.IntRange(min=1)
+"""An integer >= 1 (counts: --max-configs, --max-engines, --concurrency)."""
+
+
+class NameType(click.ParamType[str, Any]):
+    """A name (study, workload): not empty, no surrounding spaces, no control characters."""
+
+    name = "name"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        text = str(value)
+        if not text.strip():
+            self.fail("must not be empty.", param, ctx)
+        if text != text.strip() or not text.isprintable():
+            self.fail(f"{text[:80]!r} has surrounding spaces or control characters.", param, ctx)
+        return text
+
+
+NAME = NameType()
+"""A non-empty name (``--name ""`` is refused)."""
+
+
+class OutputPath(click.Path):
+    """A file or folder autotune writes: its parent folder must exist (nothing is created
+    outside the folders the user made), else one line, exit 2."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        path = super().convert(value, param, ctx)
+        shown = os.fsdecode(path)
+        parent = Path(shown).expanduser().parent
+        if not parent.is_dir():
+            flag = param.opts[-1] if param is not None and param.opts else "output"
+            what = "is not a folder" if parent.exists() else "does not exist"
+            raise SpecError(
+                f"{shown}: No such file or directory (the folder {parent} {what}; create it first)",
+                source=flag,
+            )
+        return path
+
+
+def output_file() -> OutputPath:
+    """A file to write whose folder must exist (``--html``, ``--csv``, ``-o``)."""
+    return OutputPath(dir_okay=False, path_type=Path)
+
+
+def output_dir() -> OutputPath:
+    """A folder to write into (created) whose parent must exist (``--png``)."""
+    return OutputPath(file_okay=False, path_type=Path)
+
+
+def output_path() -> OutputPath:
+    """A file or folder to write whose parent must exist (``export -o``)."""
+    return OutputPath(path_type=Path)
+
 
 json_option = click.option(
     "--json", "as_json", is_flag=True, help="Print JSON for machines instead of a table."

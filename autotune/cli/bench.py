@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from autotune.cli._common import emit_table
+from autotune.cli._common import NON_NEGATIVE_FLOAT, emit_table
 
 
 @click.group()
@@ -44,7 +44,7 @@ def bench() -> None:
 )
 @click.option(
     "--tolerance",
-    type=click.FloatRange(min=0),
+    type=NON_NEGATIVE_FLOAT,
     default=1.0,
     show_default=True,
     metavar="PCT",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from autotune.cli._common import Context, pass_ctx
+from autotune.cli._common import NON_NEGATIVE_FLOAT, POSITIVE_INT, Context, pass_ctx
 
 
 @click.command("check")
@@ -23,7 +23,7 @@ from autotune.cli._common import Context, pass_ctx
 )
 @click.option(
     "--concurrency",
-    type=int,
+    type=POSITIVE_INT,
     default=None,
     metavar="C",
     help="Judge at this concurrency level [default: one config for all measured levels, "
@@ -40,7 +40,7 @@ from autotune.cli._common import Context, pass_ctx
 @click.option(
     "--tolerance",
     "tolerance_pct",
-    type=click.FloatRange(min=0.0),
+    type=NON_NEGATIVE_FLOAT,
     default=1.0,
     show_default=True,
     metavar="PCT",

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from autotune.cli._common import Context, note, pass_ctx
+from autotune.cli._common import Context, note, output_path, pass_ctx
 
 
 @click.command("export")
@@ -43,8 +43,9 @@ from autotune.cli._common import Context, note, pass_ctx
     "-o",
     "--output",
     required=True,
-    type=click.Path(path_type=Path),
-    help="CSV file (--landscape) or directory (--speculators-data) to write.",
+    type=output_path(),
+    help="CSV file (--landscape) or directory (--speculators-data) to write; its folder must "
+    "exist.",
 )
 @pass_ctx
 def export(

@@ -4,11 +4,19 @@ published starting point when nothing is measured. Parses, calls ``api.answer``,
 from __future__ import annotations
 
 import json
+import shlex
 from typing import Any
 
 import click
 
-from autotune.cli._common import Context, console, emit_table, pass_ctx
+from autotune.cli._common import (
+    POSITIVE_FLOAT,
+    POSITIVE_INT,
+    Context,
+    console,
+    emit_table,
+    pass_ctx,
+)
 from autotune.recommend import render
 
 FORMATS = ("json", "args", "yaml", "dsd")
@@ -21,7 +29,7 @@ FORMATS = ("json", "args", "yaml", "dsd")
 @click.option("--workload", required=True, metavar="NAME", help="Workload name.")
 @click.option(
     "--concurrency",
-    type=int,
+    type=POSITIVE_INT,
     default=None,
     metavar="C",
     help="Answer for this concurrency level [default: one config for all levels].",
@@ -68,7 +76,7 @@ FORMATS = ("json", "args", "yaml", "dsd")
 )
 @click.option(
     "--slo-tpot-p99",
-    type=click.FloatRange(min=0, min_open=True),
+    type=POSITIVE_FLOAT,
     default=None,
     metavar="MS",
     help="Latency SLO: only configs whose p99 time per output token is at most MS "
@@ -76,14 +84,14 @@ FORMATS = ("json", "args", "yaml", "dsd")
 )
 @click.option(
     "--slo-ttft-p99",
-    type=click.FloatRange(min=0, min_open=True),
+    type=POSITIVE_FLOAT,
     default=None,
     metavar="MS",
     help="Latency SLO: p99 time to first token at most MS.",
 )
 @click.option(
     "--slo-itl-p99",
-    type=click.FloatRange(min=0, min_open=True),
+    type=POSITIVE_FLOAT,
     default=None,
     metavar="MS",
     help="Latency SLO: p99 inter-token latency at most MS.",
@@ -433,7 +441,8 @@ def _explain(rec: Any) -> None:
     if bucket := _bucket_line(rec):
         con.print(bucket)
     if r0.env:
-        con.print("engine env   " + " ".join(f"{k}={v}" for k, v in sorted(r0.env.items())))
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(r0.env.items()))
+        con.print(f"engine env   {env}", markup=False)  # shell-quoted, as it would be set
     if suggestion := render.explain_suggestion(rec):  # no draft, or a poor one: train one
         click.echo(suggestion, err=True)
 

@@ -14,6 +14,8 @@ from autotune.cli._common import (
     echo_json,
     emit_table,
     note,
+    output_dir,
+    output_file,
     pass_ctx,
     table_format_options,
 )
@@ -24,28 +26,28 @@ from autotune.cli._common import (
 @click.option(
     "--html",
     "html_path",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=output_file(),
     metavar="FILE",
     help="Write a self-contained HTML report (interactive with plotly, else PNG images).",
 )
 @click.option(
     "--png",
     "png_dir",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=output_dir(),
     metavar="DIR",
     help="Write throughput.png, acceptance.png and speedup.png into DIR.",
 )
 @click.option(
     "--csv",
     "csv_path",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=output_file(),
     metavar="FILE",
     help="Export one row per measurement as CSV.",
 )
 @click.option(
     "--parquet",
     "parquet_path",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=output_file(),
     metavar="FILE",
     help="Export one row per measurement as Parquet (needs pyarrow).",
 )
@@ -72,6 +74,8 @@ def report(
     goodput and whether each config meets the study's slo:), one section per context-length
     bucket (context_lengths: its target, real prompt tokens and best config per level), and
     writes the plots and exports asked for. Exits 1 when the study has no measurements yet.
+
+    Files are written only into folders that exist (a missing one: exit 2, nothing written).
 
     \b
     Example:

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Any
 
 import click
 
 from autotune.cli._common import (
+    NAME,
+    POSITIVE_INT,
     Context,
+    FiniteFloatRange,
     confirm_destructive,
     echo_json,
     emit_table,
@@ -42,12 +46,14 @@ def study() -> None:
     metavar="NAME",
     help="Quick study: workload (repeatable).",
 )
-@click.option("--name", metavar="NAME", help="Quick study: study name [default: MODEL-WORKLOADS].")
+@click.option(
+    "--name", type=NAME, metavar="NAME", help="Quick study: study name [default: MODEL-WORKLOADS]."
+)
 @click.option(
     "--concurrency",
     "concurrency",
     multiple=True,
-    type=int,
+    type=POSITIVE_INT,
     metavar="C",
     help="Quick study: concurrency level (repeatable) [default: 1, 8, 32].",
 )
@@ -58,7 +64,9 @@ def study() -> None:
     metavar="METHOD",
     help="Quick study: method to search (repeatable) [default: the catalog's for the model].",
 )
-@click.option("--repeats", type=int, default=None, help="Quick study: repeats per measurement.")
+@click.option(
+    "--repeats", type=POSITIVE_INT, default=None, help="Quick study: repeats per measurement."
+)
 @click.option(
     "--landscape",
     type=click.Path(path_type=Path),
@@ -324,11 +332,12 @@ def _run_options(f: Any) -> Any:
         metavar="ADDR",
         default=None,
         envvar="RAY_ADDRESS",
-        help="Connect to this Ray cluster instead of starting a local one.",
+        help="Connect to this Ray cluster (HOST:PORT, ray://HOST:PORT or auto) instead of "
+        "starting a local one; HOST:PORT must accept a TCP connection within 3 s.",
     )(f)
     f = click.option(
         "--max-engines",
-        type=int,
+        type=POSITIVE_INT,
         default=None,
         metavar="N",
         help="At most N engines at once [default: one per GPU group; 1 on CPU].",
@@ -343,14 +352,14 @@ def _run_options(f: Any) -> Any:
     )(f)
     f = click.option(
         "--replay-time-scale",
-        type=click.FloatRange(min=0),
+        type=FiniteFloatRange(min=0.0, max=1000.0),
         default=None,
         metavar="F",
-        help="Replay engines sleep for their recorded start and measurement times x F.",
+        help="Replay engines sleep for their recorded start and measurement times x F (0 to 1000).",
     )(f)
     f = click.option(
         "--max-configs",
-        type=int,
+        type=POSITIVE_INT,
         default=None,
         metavar="N",
         help="Stop after N engine configs in this run (resume continues).",
@@ -400,6 +409,9 @@ def _run(
     engine_logging_as_user_set()
     if not verbose:
         quiet_libraries()
+    from autotune.cluster.address import check_ray_address
+
+    check_ray_address(ray_address)  # one line within seconds, not Ray's endless retries
     store = ctx.store()
     record = store.get_study(name)
     summary = api.run_study(
@@ -424,10 +436,18 @@ def _run(
         click.echo(f"  failed: {label}: {reason}")
     for line in api.degenerate_lines(store, name):  # the guard: loops decided these cells
         note(f"note: {line}")
+    if summary.failures and not summary.trials_run:
+        # Nothing measured: a run that only failed is not a success (exit 1), whatever it was.
+        from autotune.errors import AutotuneError
+
+        reasons = {reason for _, reason in summary.failures}
+        same = f": {next(iter(reasons))}" if len(reasons) == 1 else " (reasons above)"
+        raise AutotuneError(f"every engine config of study {name!r} failed{same}")
     if not quiet:
         for line in api.next_steps(record):
             # the same store as this run's, or the next command reads another one
-            note(line.replace("autotune ", f"autotune --db {ctx.db} ", 1) if ctx.db else line)
+            db = shlex.quote(ctx.db) if ctx.db else None
+            note(line.replace("autotune ", f"autotune --db {db} ", 1) if db else line)
 
 
 def quiet_libraries() -> None:

@@ -7,7 +7,14 @@ from pathlib import Path
 
 import click
 
-from autotune.cli._common import Context, echo_json, json_option, pass_ctx
+from autotune.cli._common import (
+    POSITIVE_FLOAT,
+    Context,
+    echo_json,
+    json_option,
+    output_dir,
+    pass_ctx,
+)
 
 
 @click.command("verify")
@@ -29,7 +36,7 @@ from autotune.cli._common import Context, echo_json, json_option, pass_ctx
 @click.option(
     "--tolerance",
     "tolerance_pct",
-    type=click.FloatRange(min=0.0, min_open=True),
+    type=POSITIVE_FLOAT,
     default=10.0,
     show_default=True,
     metavar="PCT",
@@ -45,7 +52,7 @@ from autotune.cli._common import Context, echo_json, json_option, pass_ctx
 )
 @click.option(
     "--workdir",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=output_dir(),
     default=None,
     metavar="DIR",
     help="Keep the server logs and request files here [default: a temporary directory].",

@@ -61,7 +61,13 @@ def list_(as_json: bool, fmt: str) -> None:
 
 @workload.command("show")
 @click.argument("name")
-@click.option("--count", type=int, default=3, show_default=True, help="Sample prompts to print.")
+@click.option(
+    "--count",
+    type=click.IntRange(min=0),
+    default=3,
+    show_default=True,
+    help="Sample prompts to print.",
+)
 @click.option(
     "--tokenizer",
     default=None,

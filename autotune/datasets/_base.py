@@ -15,6 +15,7 @@ from typing import Protocol
 
 from autotune.engine._base import ChatMessage
 from autotune.errors import SpecError
+from autotune.spec.reading import MAX_SOURCE_BYTES, check_size, check_text_file
 from autotune.spec.workload import WorkloadSpec
 
 MAX_TOKENS_LIMIT = 65_536
@@ -55,6 +56,30 @@ class LoadContext:
         """A source path as written in the workload: ``~`` expanded, relative to its file."""
         p = Path(path).expanduser()
         return p if p.is_absolute() else self.base_dir / p
+
+
+def check_source_file(path: Path, ctx: LoadContext, *, decode: bool = False) -> None:
+    """A workload's source file is a regular file of at most ``MAX_SOURCE_BYTES`` (a FIFO, a
+    device or a directory is refused by its type, before it is opened); with ``decode`` it is
+    also read through once, in chunks, to check that it is UTF-8 text without NUL bytes.
+    Problems are SpecErrors on ``source.path`` naming the file."""
+    try:
+        if decode:
+            check_text_file(path, str(path), MAX_SOURCE_BYTES, what="source file")
+        else:
+            check_size(path, str(path), MAX_SOURCE_BYTES, what="source file")
+    except SpecError as exc:
+        raise ctx.error(f"{exc.reason}: {path}", "source.path") from None
+
+
+def check_sources(spec: WorkloadSpec, base_dir: Path, origin: str) -> None:
+    """At ``study create``: every file the workload's source names (a ``path`` field) exists,
+    is a regular file and decodes as UTF-8, so a bad source fails before anything is stored,
+    not at ``run``."""
+    path = getattr(spec.source, "path", None)
+    if isinstance(path, str):
+        ctx = LoadContext(spec, base_dir, origin)
+        check_source_file(ctx.resolve(path), ctx, decode=True)
 
 
 def cache_dir() -> Path:

@@ -6,7 +6,14 @@ import csv
 import json
 from pathlib import Path
 
-from autotune.datasets._base import Candidate, LoadContext, one_line, parse_max_tokens
+from autotune.datasets._base import (
+    Candidate,
+    LoadContext,
+    check_source_file,
+    one_line,
+    parse_max_tokens,
+)
+from autotune.spec.reading import MAX_DEPTH, json_depth_error
 from autotune.spec.workload import CsvSource, InlineSource, JsonlSource
 
 
@@ -15,10 +22,7 @@ def load_inline(source: InlineSource, ctx: LoadContext) -> list[Candidate]:
 
 
 def _open_checked(path: Path, ctx: LoadContext) -> None:
-    if not path.exists():
-        raise ctx.error(f"file not found: {path}", "source.path")
-    if not path.is_file():
-        raise ctx.error(f"not a file: {path}", "source.path")
+    check_source_file(path, ctx)  # regular file, size cap: never a FIFO that blocks a run
 
 
 def _fields_hint(names: list[str]) -> str:
@@ -45,6 +49,8 @@ def _row_candidate(
             f"{where}: {kind} {prompt_field!r} is a {type(text).__name__}, not a string",
             "source.prompt_field",
         )
+    if "\x00" in text:
+        raise ctx.error(f"{where}: {kind} {prompt_field!r} holds a NUL byte", "source.prompt_field")
     max_tokens = None
     if max_tokens_field is not None:
         if max_tokens_field not in row:
@@ -67,6 +73,10 @@ def load_jsonl(source: JsonlSource, ctx: LoadContext) -> list[Candidate]:
                 if not line.strip():
                     continue
                 where = f"{path.name} line {lineno}"
+                if json_depth_error(line) is not None:
+                    raise ctx.error(
+                        f"{where}: nested deeper than {MAX_DEPTH} levels", "source.path"
+                    )
                 try:
                     row = json.loads(line)
                 except json.JSONDecodeError as e:

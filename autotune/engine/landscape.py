@@ -24,6 +24,12 @@ from typing import Any
 
 from autotune.errors import SpecError
 from autotune.spec.knobs import check_value, params_key
+from autotune.spec.reading import (
+    MAX_LANDSCAPE_BYTES,
+    excerpt,
+    json_depth_error,
+    read_text,
+)
 
 COLUMNS = (
     "model",
@@ -78,28 +84,12 @@ class LandscapePoint:
         return (self.method, self.draft, self.num_speculative_tokens, params_key(dict(self.params)))
 
 
-MAX_LANDSCAPE_BYTES = 64 * 1024 * 1024
-"""Largest landscape CSV read (the biggest recorded sweep is well under 1 MiB)."""
-
-
 def read_landscape(path: Path) -> list[LandscapePoint]:
-    """Parse and check a landscape CSV; errors name the file, the row and the column."""
+    """Parse and check a landscape CSV (bounded: ``autotune.spec.reading``); errors name the
+    file, the row and the column. A row that repeats another's (config, workload,
+    concurrency, repeat) is refused with both row numbers."""
     source = str(path)
-    try:
-        with path.open("rb") as raw:
-            data = raw.read(MAX_LANDSCAPE_BYTES + 1)
-    except FileNotFoundError:
-        raise SpecError("landscape file not found", source=source) from None
-    except OSError as exc:
-        raise SpecError(f"cannot read landscape: {exc.strerror or exc}", source=source) from None
-    if len(data) > MAX_LANDSCAPE_BYTES:
-        raise SpecError("landscape file larger than 64 MiB", source=source)
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise SpecError(f"not a UTF-8 CSV file (byte {exc.start})", source=source) from None
-    if "\x00" in text:
-        raise SpecError("not a CSV file (NUL byte)", source=source)
+    text = read_text(path, source, MAX_LANDSCAPE_BYTES, what="landscape file", kind="CSV")
     points: list[LandscapePoint] = []
     lines = [line for line in text.splitlines(keepends=True) if not line.startswith("#")]
     reader = csv.DictReader(lines)
@@ -107,11 +97,23 @@ def read_landscape(path: Path) -> list[LandscapePoint]:
         missing = [c for c in COLUMNS if c not in (reader.fieldnames or ())]
         if missing:
             raise SpecError(f"missing column(s) {', '.join(missing)}", source=source)
+        seen: dict[tuple[Any, ...], int] = {}
         for i, row in enumerate(reader, start=2):
             try:
-                points.append(_parse(row))
+                point = _parse(row)
             except (ValueError, KeyError, TypeError, AttributeError) as exc:
-                raise SpecError(str(exc) or "bad value", source=source, field=f"row {i}") from None
+                raise SpecError(
+                    excerpt(str(exc) or "bad value", 200), source=source, field=f"row {i}"
+                ) from None
+            cell = (point.config, point.workload, point.concurrency, point.repeat)
+            if cell in seen:
+                raise SpecError(
+                    f"repeats row {seen[cell]} (same config, workload, concurrency and repeat)",
+                    source=source,
+                    field=f"row {i}",
+                )
+            seen[cell] = i
+            points.append(point)
     except csv.Error as exc:
         raise SpecError(f"not a valid CSV: {exc}", source=source) from None
     if not points:
@@ -121,11 +123,17 @@ def read_landscape(path: Path) -> list[LandscapePoint]:
     return points
 
 
+MAX_VALUE = 1e9
+"""Largest number a landscape cell holds (seconds, tok/s, ms): a replayed sleep of a recorded
+time x --replay-time-scale stays within what ``time.sleep`` takes."""
+
+
 def _finite(row: dict[str, str], column: str, *, positive: bool = False) -> float:
     value = float(row[column])
-    if not math.isfinite(value) or value < 0 or (positive and value == 0):
+    if not math.isfinite(value) or value < 0 or (positive and value == 0) or value > MAX_VALUE:
         raise ValueError(
-            f"{column} must be a finite {'positive' if positive else 'non-negative'} number"
+            f"{column} must be a finite {'positive' if positive else 'non-negative'} number "
+            f"of at most {MAX_VALUE:g}"
         )
     return value
 
@@ -171,6 +179,8 @@ def _params(text: str, method: str) -> tuple[tuple[str, Any], ...]:
     """The ``params`` cell: empty, or a JSON object of knobs valid for the method."""
     if not text.strip():
         return ()
+    if json_depth_error(text, 8) is not None:
+        raise ValueError("params must be a JSON object of knob values (nested too deeply)")
     try:
         value = json.loads(text)
     except ValueError:

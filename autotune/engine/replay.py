@@ -38,12 +38,17 @@ REPLAY_DRAFTS = 1_000_000
 this many drafts, so a_i and the acceptance length survive to six digits."""
 
 
+MAX_TIME_SCALE = 1000.0
+"""Largest ``time_scale`` (with recorded times capped by the landscape reader, every sleep
+stays finite and within what ``time.sleep`` takes)."""
+
+
 class ReplayEngine(Engine):
     """Answers from a landscape CSV; one engine config at a time, like a real engine."""
 
     def __init__(self, landscape: Path | str, seed: int = 0, time_scale: float = 0.0):
-        if time_scale < 0:
-            raise ValueError(f"time_scale must be >= 0, not {time_scale}")
+        if not 0 <= time_scale <= MAX_TIME_SCALE:  # also refuses nan
+            raise ValueError(f"time_scale must lie in [0, {MAX_TIME_SCALE:g}], not {time_scale}")
         self.time_scale = time_scale
         self.path = Path(landscape)
         self.points = read_landscape(self.path)

@@ -132,7 +132,7 @@ def study_from_landscape(
             knobs[(p.method, p.draft)].add(p.params)
     methods = []
     for (method, draft), values in sorted(ns.items(), key=lambda kv: (kv[0][0], kv[0][1] or "")):
-        for params in _knob_settings(knobs[(method, draft)]):
+        for params in _knob_settings(knobs[(method, draft)], method, str(path)):
             entry: dict[str, Any] = {
                 "method": method,
                 "num_speculative_tokens": {"min": min(values), "max": max(values)},
@@ -158,20 +158,28 @@ def study_from_landscape(
     }
 
 
-def _knob_settings(recorded: set[tuple[tuple[str, Any], ...]]) -> list[dict[str, Any]]:
-    """The ``params`` of the method entries that cover a method's recorded knob combinations:
-    one entry listing each knob's values when the combinations are a full grid (its variants),
-    else one entry per combination."""
+def _knob_settings(
+    recorded: set[tuple[tuple[str, Any], ...]], method: str = "?", source: str = "landscape"
+) -> list[dict[str, Any]]:
+    """The ``params`` of the method entry that covers a method's recorded knob combinations:
+    each knob with the values it was recorded at. When the combinations are not a full grid of
+    those values, the grid's missing combinations fail at no cost on replay, like gaps in N.
+    Combinations that do not all set the same knobs cannot be one entry: a SpecError says which
+    (a study lists a method once per draft)."""
     combos = sorted(recorded, key=_params_key_of)
     names = sorted({k for c in combos for k, _ in c})
-    if len(combos) > 1 and all(len(c) == len(names) for c in combos):
-        values = {n: sorted({dict(c)[n] for c in combos}, key=_order) for n in names}
-        size = 1
-        for v in values.values():
-            size *= len(v)
-        if size == len(combos):
-            return [{n: v if len(v) > 1 else v[0] for n, v in values.items()}]
-    return [dict(c) for c in combos]
+    if len(combos) == 1:
+        return [dict(combos[0])]
+    if not all(len(c) == len(names) for c in combos):
+        sets = sorted({", ".join(k for k, _ in c) or "(none)" for c in combos})
+        raise SpecError(
+            f"method {method}: the rows set different knobs ({'; '.join(sets)}); a replay "
+            "study needs every row of a method to set the same knobs (their values may vary)",
+            source=source,
+            field="params",
+        )
+    values = {n: sorted({dict(c)[n] for c in combos}, key=_order) for n in names}
+    return [{n: v if len(v) > 1 else v[0] for n, v in values.items()}]
 
 
 def _params_key_of(combo: tuple[tuple[str, Any], ...]) -> str:

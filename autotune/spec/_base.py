@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import AllowInfNan, BaseModel, BeforeValidator, ConfigDict, Strict
+from pydantic import AfterValidator, AllowInfNan, BaseModel, BeforeValidator, ConfigDict, Strict
 
 
 def _no_bool(value: Any) -> Any:
@@ -25,6 +25,16 @@ Bool = Annotated[bool, Strict()]
 
 Float = Annotated[float, BeforeValidator(_no_bool), AllowInfNan(False)]
 """A finite number; booleans, ``.inf`` and ``.nan`` are refused."""
+
+
+def _no_nul(value: str) -> str:
+    if "\x00" in value:
+        raise ValueError(f"holds a NUL byte (at character {value.index(chr(0))})")
+    return value
+
+
+Text = Annotated[str, AfterValidator(_no_nul)]
+"""A string without NUL bytes (YAML's ``"\\0"`` escape makes one; engines and files choke)."""
 
 
 class StrictModel(BaseModel):

@@ -10,7 +10,6 @@ the cache's ``refs/`` to the snapshot the revision points at. Nothing is downloa
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,9 +57,12 @@ def read_config(ref: str | None, revision: str | None = None) -> tuple[dict[str,
     path = find_config(ref, revision)
     if path is None:
         return None
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
+    from autotune.errors import SpecError
+    from autotune.spec.reading import MIB, load_json, read_text
+
+    try:  # bounded: a FIFO or a device in a checkpoint folder must not hang `study create`
+        data = load_json(read_text(path, str(path), 16 * MIB), str(path))
+    except SpecError:
         return None
     return (data, path) if isinstance(data, dict) else None
 

@@ -13,7 +13,6 @@ import re
 from pathlib import Path
 from typing import Any, TypeVar
 
-import yaml
 from pydantic import BaseModel, Field, ValidationError
 
 from autotune.errors import SpecError
@@ -23,6 +22,8 @@ from autotune.spec.context import base_workload, bucket_name
 from autotune.spec.drafts import block_draft, unknown_block_reason
 from autotune.spec.knobs import check_params, cpu_warnings
 from autotune.spec.methods import METHODS, RuleContext, check, dspark_n, max_n
+from autotune.spec.reading import MAX_SPEC_BYTES, excerpt, read_text, regular_file
+from autotune.spec.reading import load_yaml as parse_yaml
 from autotune.spec.study import MethodSpec, NRange, StudySpec
 from autotune.spec.workload import WorkloadSpec
 
@@ -38,78 +39,16 @@ def _display(path: Path) -> str:
         return str(path)
 
 
-MAX_SPEC_BYTES = 4 * 1024 * 1024
-"""Largest study or workload file read (prompt sets that size belong in jsonl/csv files)."""
-
-
-class _SpecLoader(yaml.SafeLoader):
-    """PyYAML's safe loader without aliases and without duplicate keys.
-
-    An alias (``*name``) re-uses a node, so a few hundred bytes of nested aliases expand to
-    gigabytes (a "billion laughs" file); a spec has no need for them. A duplicate key would
-    silently keep the last value.
-    """
-
-    def compose_node(self, parent: Any, index: Any) -> Any:
-        if self.check_event(yaml.AliasEvent):
-            event = self.peek_event()  # type: ignore[no-untyped-call]
-            raise yaml.composer.ComposerError(
-                None, None, "YAML aliases (*name) are not allowed in spec files", event.start_mark
-            )
-        return super().compose_node(parent, index)
-
-    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
-        if isinstance(node, yaml.MappingNode):
-            seen: set[Any] = set()
-            for key_node, _ in node.value:
-                key = self.construct_object(key_node, deep=True)
-                try:
-                    duplicate = key in seen
-                    seen.add(key)
-                except TypeError:  # an unhashable key; construct_mapping reports it
-                    continue
-                if duplicate:
-                    raise yaml.constructor.ConstructorError(
-                        None, None, f"duplicate key {key!r}", key_node.start_mark
-                    )
-        return super().construct_mapping(node, deep=deep)
-
-
 def read_text_capped(path: Path, source: str, limit: int = MAX_SPEC_BYTES) -> str:
-    """A UTF-8 text file of at most ``limit`` bytes; anything else is a SpecError."""
-    try:
-        with path.open("rb") as handle:
-            raw = handle.read(limit + 1)
-    except FileNotFoundError:
-        raise SpecError("file not found", source=source) from None
-    except IsADirectoryError:
-        raise SpecError("is a directory, not a file", source=source) from None
-    except OSError as exc:
-        raise SpecError(f"cannot read: {exc.strerror or exc}", source=source) from None
-    if len(raw) > limit:
-        raise SpecError(f"file larger than {limit // (1024 * 1024)} MiB", source=source)
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise SpecError(f"not a UTF-8 text file (byte {exc.start})", source=source) from None
-    if "\x00" in text:
-        raise SpecError("not a text file (NUL byte)", source=source)
-    return text
+    """A regular UTF-8 text file of at most ``limit`` bytes (``autotune.spec.reading``)."""
+    return read_text(path, source, limit)
 
 
 def load_yaml(path: Path) -> dict[str, Any]:
-    """Parse a YAML mapping; syntax errors name the file, line and column."""
+    """Parse a YAML mapping (bounded: ``autotune.spec.reading``); syntax errors name the file,
+    line and column."""
     source = _display(path)
-    text = read_text_capped(path, source)
-    try:
-        data = yaml.load(text, Loader=_SpecLoader)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else None
-        problem = getattr(exc, "problem", None) or "invalid YAML"
-        raise SpecError(f"invalid YAML: {problem}", source=source, field=where) from None
-    except RecursionError:
-        raise SpecError("invalid YAML: nested too deeply", source=source) from None
+    data = parse_yaml(read_text_capped(path, source), source)
     if not isinstance(data, dict):
         raise SpecError("expected a mapping at the top level", source=source)
     return data
@@ -132,7 +71,7 @@ def spec_error_from(
     for err in exc.errors():
         # Discriminated unions add the tag as a path element ("source.jsonl.path"); keep it,
         # it tells the user which kind was assumed.
-        loc = ".".join(str(p) for p in err["loc"]) or None
+        loc = ".".join(excerpt(p) for p in err["loc"]) or None
         lines.append((loc, _message(err, model)))
     first_loc, first_msg = lines[0]
     rest = [": ".join(p for p in (source, loc, msg) if p) for loc, msg in lines[1:]]
@@ -142,7 +81,7 @@ def spec_error_from(
 def _message(err: Any, model: type[BaseModel] | None) -> str:
     import difflib
 
-    msg = str(err["msg"])
+    msg = excerpt(err["msg"], 200)
     if err["type"] == "extra_forbidden":
         msg = "unknown key"
         known = _keys_at(model, err["loc"][:-1]) if model else []
@@ -208,8 +147,7 @@ def find_workload(name: str) -> Path:
     """The YAML file of a workload given by name (``code``) or path (``my/wl.yaml``)."""
     if name.endswith((".yaml", ".yml")) or os.sep in name:
         path = Path(name)
-        if not path.is_file():
-            raise SpecError("workload file not found", source=name)
+        regular_file(path, excerpt(name), "workload file")
         return path
     for d in workload_dirs():
         for ext in (".yaml", ".yml"):
@@ -358,7 +296,8 @@ def resolve_study(spec: StudySpec, source: str, platform: str | None = None) -> 
     )
     check_engine_args(spec.model.engine_args, source)
     trust, trust_by = _trust_remote_code(spec, alias, entry)
-    check_env(spec.model.env, source, trusted=trust)
+    # The environment needs the study's own consent: the catalog's covers the model's code only.
+    check_env(spec.model.env, source, trusted=spec.trust_remote_code)
     engine_args = {**(entry.engine_args if entry else {}), **spec.model.engine_args}
     if trust:
         engine_args["trust_remote_code"] = True
@@ -478,7 +417,15 @@ def resolve_study(spec: StudySpec, source: str, platform: str | None = None) -> 
         # Checked now, not at `run`: a bad landscape would leave a trial stuck running.
         from autotune.engine.landscape import read_landscape
 
-        read_landscape(landscape)
+        recorded = {p.workload for p in read_landscape(landscape)}
+        for i, name in enumerate(spec.workloads):
+            if name not in recorded:
+                raise SpecError(
+                    f"{excerpt(name)!r} is not a workload of the landscape "
+                    f"(it has: {excerpt(', '.join(sorted(recorded)), 200)})",
+                    source=source,
+                    field=f"workloads.{i}",
+                )
     else:
         for i, name in enumerate(spec.workloads):
             try:
@@ -487,6 +434,10 @@ def resolve_study(spec: StudySpec, source: str, platform: str | None = None) -> 
                 if exc.source == "workloads":  # unknown name: point at the study's field
                     raise SpecError(exc.reason, source=source, field=f"workloads.{i}") from None
                 raise
+            # Its source file is checked now (exists, regular, UTF-8), not first at `run`.
+            from autotune.datasets._base import check_sources
+
+            check_sources(wspec, wpath.parent, _display(wpath))
             workloads[name] = ResolvedWorkload(spec=wspec, base_dir=str(wpath.parent.resolve()))
 
     _check_context_lengths(spec, engine_args, workloads, source)
@@ -556,12 +507,157 @@ CODE_LOADING_ENV = frozenset(
         "PYTHONUSERBASE",
         "PYTHONEXECUTABLE",
         "PYTHONINSPECT",
+        "PYTHONPLATLIBDIR",
         "BASH_ENV",
         "ENV",
+        "GCONV_PATH",
+        "OMP_TOOL_LIBRARIES",
+        "CUDA_INJECTION64_PATH",
+        "NCCL_NET_PLUGIN",
+        "CUDA_HOME",
         "VLLM_PLUGINS",
     }
 )
-"""Environment variables that make the engine process load code from elsewhere."""
+"""Environment variables known to make the engine process load code from elsewhere (named in
+the consent message; anything off :data:`SAFE_ENV` needs the same consent)."""
+
+VLLM_CODE_LOADING_ENV = frozenset(
+    {
+        "VLLM_PLUGINS",  # imports the named entry points
+        "VLLM_NCCL_SO_PATH",  # dlopen()s the library
+        "VLLM_CUDART_SO_PATH",
+        "VLLM_CUDA_COMPATIBILITY_PATH",  # prepended to the library search path
+        "VLLM_NCCL_INCLUDE_PATH",  # headers compiled into kernels
+        "VLLM_LOGGING_CONFIG_PATH",  # logging.config.dictConfig instantiates any class named
+        "VLLM_RUST_FRONTEND_PATH",  # an executable
+        "VLLM_CACHE_ROOT",  # compiled graphs and kernels are loaded back from it
+        "VLLM_CONFIG_ROOT",
+        "VLLM_XLA_CACHE_PATH",
+        "VLLM_ALLOW_INSECURE_SERIALIZATION",  # pickle between processes
+        "VLLM_USE_BYTECODE_HOOK",
+        "VLLM_MODEL_REDIRECT_PATH",  # swaps the checkpoint loaded for a name
+    }
+)
+"""Variables of vLLM's ``vllm/envs.py`` that load code or code-bearing files."""
+
+SAFE_ENV = frozenset(
+    {
+        # threads and memory
+        "OMP_NUM_THREADS",
+        "OMP_WAIT_POLICY",
+        "OMP_PROC_BIND",
+        "OMP_PLACES",
+        "OMP_DYNAMIC",
+        "OMP_SCHEDULE",
+        "OMP_STACKSIZE",
+        "MKL_NUM_THREADS",
+        "OPENBLAS_NUM_THREADS",
+        "NUMEXPR_NUM_THREADS",
+        "KMP_AFFINITY",
+        "KMP_BLOCKTIME",
+        "KMP_SETTINGS",
+        "MALLOC_ARENA_MAX",
+        "TOKENIZERS_PARALLELISM",
+        "PYTORCH_CUDA_ALLOC_CONF",
+        "PYTORCH_HIP_ALLOC_CONF",
+        "PYTORCH_ALLOC_CONF",
+        # devices
+        "CUDA_VISIBLE_DEVICES",
+        "HIP_VISIBLE_DEVICES",
+        "ROCR_VISIBLE_DEVICES",
+        "CUDA_DEVICE_ORDER",
+        "CUDA_LAUNCH_BLOCKING",
+        "CUDA_DEVICE_MAX_CONNECTIONS",
+        "HSA_NO_SCRATCH_RECLAIM",
+        "HSA_FORCE_FINE_GRAIN_PCIE",
+        "NCCL_DEBUG",
+        "NCCL_SOCKET_IFNAME",
+        "NCCL_IB_DISABLE",
+        "NCCL_P2P_DISABLE",
+        "NCCL_P2P_LEVEL",
+        "NCCL_CUMEM_ENABLE",
+        "NCCL_MIN_NCHANNELS",
+        "RCCL_MSCCL_ENABLE",
+        "GLOO_SOCKET_IFNAME",
+        "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+        # Hugging Face: where checkpoints are and whether to download
+        "HF_HOME",
+        "HF_HUB_CACHE",
+        "HF_HUB_OFFLINE",
+        "HF_DATASETS_OFFLINE",
+        "HF_HUB_DISABLE_PROGRESS_BARS",
+        "HF_HUB_DISABLE_TELEMETRY",
+        "HF_HUB_ENABLE_HF_TRANSFER",
+        "HF_HUB_DOWNLOAD_TIMEOUT",
+        "HF_HUB_ETAG_TIMEOUT",
+        "HF_ENDPOINT",
+        "TRANSFORMERS_OFFLINE",
+        "TRANSFORMERS_VERBOSITY",
+        # logging, locale, time
+        "TZ",
+        "LANG",
+        "LC_ALL",
+        "NO_COLOR",
+        "FORCE_COLOR",
+        "RAY_DEDUP_LOGS",
+        "TORCH_LOGS",
+        "TORCHDYNAMO_VERBOSE",
+    }
+)
+"""Variables (besides vLLM's own) that change no code the engine runs, only how it runs."""
+
+
+def vllm_env_names() -> frozenset[str]:
+    """The variables the installed vLLM reads (the keys of ``vllm/envs.py``'s
+    ``environment_variables``), parsed from its source without importing vLLM; empty when vLLM
+    is not installed."""
+    global _VLLM_ENV_NAMES
+    if _VLLM_ENV_NAMES is None:
+        _VLLM_ENV_NAMES = _read_vllm_env_names()
+    return _VLLM_ENV_NAMES
+
+
+_VLLM_ENV_NAMES: frozenset[str] | None = None
+
+
+def _read_vllm_env_names() -> frozenset[str]:
+    import ast
+
+    try:
+        spec = importlib.util.find_spec("vllm")
+    except (ImportError, ValueError):
+        return frozenset()
+    if spec is None or not spec.submodule_search_locations:
+        return frozenset()
+    source = Path(next(iter(spec.submodule_search_locations)), "envs.py")
+    try:
+        tree = ast.parse(source.read_text())
+    except (OSError, SyntaxError, ValueError):
+        return frozenset()
+    for node in tree.body:
+        target: ast.expr | None = node.target if isinstance(node, ast.AnnAssign) else None
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target = node.targets[0]
+        value = getattr(node, "value", None)
+        if (
+            isinstance(target, ast.Name)
+            and target.id == "environment_variables"
+            and isinstance(value, ast.Dict)
+        ):
+            return frozenset(
+                k.value
+                for k in value.keys
+                if isinstance(k, ast.Constant) and isinstance(k.value, str)
+            )
+    return frozenset()
+
+
+def safe_env(name: str) -> bool:
+    """Whether ``name`` may be set in ``model.env`` without consent: one of :data:`SAFE_ENV`,
+    or a variable the installed vLLM reads that loads no code."""
+    if name in CODE_LOADING_ENV or name in VLLM_CODE_LOADING_ENV:
+        return False
+    return name in SAFE_ENV or name in vllm_env_names()
 
 
 def check_engine_args(args: dict[str, Any], source: str) -> None:
@@ -637,19 +733,28 @@ def _plain_json(value: Any, depth: int = 0) -> bool:
 
 
 def check_env(env: dict[str, str], source: str, *, trusted: bool) -> None:
-    """Code-loading variables need the study's explicit ``trust_remote_code: true``."""
-    for key in env:
-        if key in CODE_LOADING_ENV and not trusted:
-            raise SpecError(
-                f"{key} makes the engine load code from elsewhere; set trust_remote_code: true "
-                "at the top level of the study to allow it",
-                source=source,
-                field=f"model.env.{key}",
-            )
-        if not key or "=" in key or "\x00" in key:
+    """Only variables known to be safe (:func:`safe_env`) pass without consent; any other needs
+    the study's own ``trust_remote_code: true`` (a catalog entry's consent covers the model's
+    code, not the engine's environment)."""
+    for key, value in env.items():
+        if not key or "=" in key or "\x00" in key or not key.isprintable():
             raise SpecError(
                 "not a valid environment variable name", source=source, field="model.env"
             )
+        if "\x00" in value:
+            raise SpecError("NUL byte in the value", source=source, field=f"model.env.{key}")
+        if trusted or safe_env(key):
+            continue
+        why = (
+            "makes the engine load code from elsewhere"
+            if key in CODE_LOADING_ENV or key in VLLM_CODE_LOADING_ENV
+            else "is not one autotune knows to be safe (it may make the engine load code)"
+        )
+        raise SpecError(
+            f"{key} {why}; set trust_remote_code: true at the top level of the study to allow it",
+            source=source,
+            field=f"model.env.{excerpt(key)}",
+        )
 
 
 def _trust_remote_code(spec: StudySpec, alias: str | None, entry: Any) -> tuple[bool, str | None]:

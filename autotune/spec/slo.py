@@ -11,21 +11,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
-from autotune.spec._base import StrictModel
+from autotune.spec._base import Float, StrictModel
 
 
 class SLOLimits(StrictModel):
     """p99 latency limits in milliseconds; an unset limit does not constrain."""
 
-    tpot_p99_ms: float | None = Field(
+    tpot_p99_ms: Float | None = Field(
         None, gt=0, description="Largest p99 time per output token (after the first), in ms."
     )
-    ttft_p99_ms: float | None = Field(
+    ttft_p99_ms: Float | None = Field(
         None, gt=0, description="Largest p99 time to first token, in ms."
     )
-    itl_p99_ms: float | None = Field(
+    itl_p99_ms: Float | None = Field(
         None, gt=0, description="Largest p99 inter-token latency (gap between chunks), in ms."
     )
 
@@ -37,6 +37,19 @@ class SLOSpec(SLOLimits):
         default_factory=dict,
         description="Per-workload limits, overriding the global ones field by field.",
     )
+
+    @model_validator(mode="after")
+    def _says_something(self) -> SLOSpec:
+        # A block that sets no limit anywhere (`slo: {}`, or only empty workload entries) would
+        # read as "judged under an SLO" while constraining nothing. An empty workload entry
+        # beside global limits is fine: it inherits them.
+        limits = [self.model_dump(exclude={"workloads"}, exclude_none=True)]
+        limits += [w.model_dump(exclude_none=True) for w in self.workloads.values()]
+        if not any(limits):
+            raise ValueError(
+                "an slo: block sets at least one of tpot_p99_ms, ttft_p99_ms or itl_p99_ms"
+            )
+        return self
 
     def for_workload(self, workload: str) -> SLO:
         """The limits that apply to ``workload`` (a context bucket ``WORKLOAD@ctxL`` takes its

@@ -123,8 +123,9 @@ class ModelSpec(StrictModel):
         default_factory=dict,
         max_length=64,
         description="Environment for the engine process (e.g. VLLM_ROCM_USE_AITER=1); "
-        "stored with every measurement. Variables that load code (LD_PRELOAD, PYTHONPATH, ...) "
-        "need trust_remote_code: true at the top of the study.",
+        "stored with every measurement. Only variables known to load no code (vLLM's own, "
+        "OMP_NUM_THREADS, HF_HOME, ...) pass; any other (LD_PRELOAD, PYTHONPATH, ...) needs "
+        "trust_remote_code: true at the top of the study.",
     )
     allow_rocm_mla_override: Bool = Field(
         False,
@@ -323,7 +324,8 @@ class StudySpec(StrictModel):
         description="Consent to run code shipped with the model or draft checkpoints "
         "(vLLM's trust_remote_code) and to set code-loading environment variables "
         "(LD_PRELOAD, PYTHONPATH, ...) in model.env. Off unless set here or by the model's "
-        "catalog entry; never taken from model.engine_args.",
+        "catalog entry (which covers the model's code, not model.env); never taken from "
+        "model.engine_args.",
     )
     engine: EngineSpec = Field(default_factory=VLLMEngineSpec, description="Engine backend.")
     measurement: MeasurementSpec = Field(

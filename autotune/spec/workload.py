@@ -10,7 +10,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from autotune.spec._base import Bool, Float, Int, StrictModel
+from autotune.spec._base import Bool, Float, Int, StrictModel, Text
 
 MAX_INLINE_PROMPT_CHARS = 1_000_000
 """Longest inline prompt (a larger one belongs in a jsonl or csv file)."""
@@ -20,7 +20,7 @@ class InlineSource(StrictModel):
     """Prompts written in the workload file itself."""
 
     kind: Literal["inline"] = "inline"
-    prompts: list[Annotated[str, Field(max_length=MAX_INLINE_PROMPT_CHARS)]] = Field(
+    prompts: list[Annotated[Text, Field(max_length=MAX_INLINE_PROMPT_CHARS)]] = Field(
         min_length=1, max_length=100_000, description="The prompts, used in order."
     )
 

@@ -717,6 +717,12 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+def _writable(path: Path) -> bool:
+    """Whether the store file and its folder can be written (``access`` also sees a read-only
+    mount, for root too)."""
+    return os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)
+
+
 def check_sqlite_file(path: Path) -> None:
     """``PRAGMA quick_check`` on an existing store file: a damaged file, or one that is not a
     database at all, is a one-line error naming it instead of reading as an empty store."""
@@ -734,6 +740,12 @@ def check_sqlite_file(path: Path) -> None:
         finally:
             conn.close()
     except sqlite3.DatabaseError as exc:
+        if isinstance(exc, sqlite3.OperationalError) and not _writable(path):
+            raise SpecError(
+                "the store's folder is read-only (SQLite writes its -wal and -shm files beside "
+                "the store, even to read it); give --db a writable place",
+                source=str(path),
+            ) from None
         raise CorruptStoreError(f"{path}: not a usable SQLite store ({exc})") from None
     if not rows or rows[0][0] != "ok":
         detail = rows[0][0] if rows else "no answer"
