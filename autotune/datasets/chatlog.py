@@ -36,10 +36,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from autotune.datasets._base import MAX_TOKENS_LIMIT, Candidate, LoadContext, one_line
+from autotune.datasets._base import (
+    MAX_TOKENS_LIMIT,
+    Candidate,
+    LoadContext,
+    check_source_file,
+    one_line,
+)
 from autotune.datasets.sharegpt import ASSISTANT_ROLES, HUMAN_ROLES, reply_length
 from autotune.engine._base import ChatMessage, flatten_messages
 from autotune.errors import SpecError
+from autotune.spec.reading import MAX_DEPTH, json_depth_error
 from autotune.spec.workload import (
     ChatJsonlSource,
     ConversationsSource,
@@ -96,6 +103,7 @@ def _checked_path(path_str: str, ctx: LoadContext, field_name: str = "source.pat
         raise ctx.error(f"file not found: {path}", field_name)
     if not path.is_file():
         raise ctx.error(f"not a file: {path}", field_name)
+    check_source_file(path, ctx)  # by type and size before it is opened
     return path
 
 
@@ -112,6 +120,12 @@ def iter_records(
     """(where, value) of each record of a JSON-lines file or of a top-level JSON array, with
     the line each record starts on."""
     text = _read_text(path, ctx, field_name)
+    deep = json_depth_error(text)
+    if deep is not None:
+        line = 1 + text.count("\n", 0, deep)
+        raise ctx.error(
+            f"{path.name} line {line}: JSON nested deeper than {MAX_DEPTH} levels", field_name
+        )
     stripped = text.lstrip()
     if stripped.startswith("["):
         yield from _iter_array(text, path, ctx, field_name)

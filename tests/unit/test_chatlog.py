@@ -167,6 +167,17 @@ def test_missing_log_file(tmp_path: Path) -> None:
     assert "source.path: file not found" in line
 
 
+def test_a_deeply_nested_log_or_a_fifo_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / "deep.jsonl").write_text("[" * 60_000 + "]" * 60_000 + "\n", encoding="utf-8")
+    line = error(tmp_path, {"kind": "chat_jsonl", "path": "deep.jsonl"})
+    assert "deep.jsonl line 1: JSON nested deeper than" in line
+    import os
+
+    os.mkfifo(tmp_path / "log.fifo")
+    line = error(tmp_path, {"kind": "conversations", "path": "log.fifo"})
+    assert "source.path" in line
+
+
 # --- sampling settings ----------------------------------------------------------------------
 
 
