@@ -41,8 +41,6 @@ T = TypeVar("T")
 
 GiB = 1 << 30
 
-TINY_PREFIX = "tiny:"
-
 RESERVED_ENGINE_ARGS: dict[str, str] = {
     "model": "comes from the engine config's model",
     "speculative_config": "comes from the engine config's method, draft and N",

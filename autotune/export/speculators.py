@@ -37,10 +37,11 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from autotune.errors import EngineError, NoResultError, SpecError
+from autotune.errors import NoResultError, SpecError
 
 if TYPE_CHECKING:
     from autotune.engine._base import PreparedWorkload
+    from autotune.engine.generate import Generation
     from autotune.spec.loader import ResolvedStudy
 
 SPECULATORS_REPO = "https://github.com/vllm-project/speculators"
@@ -58,16 +59,6 @@ DFLASH_BLOCK_SIZE = 16
 EAGLE3_MAX_N = 3
 DRAFT_VOCAB_SIZE = 32000
 """The ``--draft-vocab-size`` of the tutorial's commands; omitted for a smaller vocabulary."""
-
-
-@dataclass(frozen=True)
-class Generation:
-    """One greedy response of the target, as token ids (what the engine saw and produced)."""
-
-    prompt_ids: list[int]
-    output_ids: list[int]
-    finish_reason: str | None
-    text: str
 
 
 @dataclass(frozen=True)
@@ -157,21 +148,11 @@ def _metadata(study: str, prepared: PreparedWorkload, i: int, max_tokens: int) -
 
 
 def generate_responses(resolved: ResolvedStudy, prepared: PreparedWorkload) -> list[Generation]:
-    """The study's target's greedy responses to ``prepared``, on vLLM's offline ``LLM`` API.
-
-    The engine starts with the study's engine args, TP and environment (``build_engine_kwargs``,
-    as every trial does, without a speculative config) and gets each prompt as the study sent
-    it: chat-templated token ids when the workload uses the template, else the raw text. Each
-    response is greedy and at most the prompt's ``max_tokens`` long; unlike a measurement it
-    stops at the end-of-sequence token, since a deployed target never generates past it.
-    """
-    try:
-        from vllm import LLM, SamplingParams
-    except ImportError as exc:
-        raise EngineError(f"vllm is not importable: {exc}") from None
+    """The study's target's greedy responses to ``prepared``, started through the engine layer
+    (:func:`autotune.engine.generate.generate_greedy`) with the study's engine args, TP and
+    environment, without a speculative config."""
     from autotune.engine._base import EngineConfig
-    from autotune.engine.platform import gpu_runtime
-    from autotune.engine.vllm import build_engine_kwargs, one_line_reason, render_prompts
+    from autotune.engine.generate import generate_greedy
 
     config = EngineConfig(
         model=resolved.model,
@@ -179,48 +160,7 @@ def generate_responses(resolved: ResolvedStudy, prepared: PreparedWorkload) -> l
         engine_args=resolved.engine_args,
         env=resolved.env,
     )
-    environ = {**os.environ, **config.env}
-    kwargs = build_engine_kwargs(
-        config, platform=gpu_runtime(), seed=prepared.seed, environ=environ
-    )
-    saved = {key: os.environ.get(key) for key in config.env}
-    os.environ.update(config.env)  # vLLM and its engine process read them at start
-    try:
-        try:
-            llm = LLM(**kwargs)
-        except Exception as exc:
-            raise EngineError(f"engine did not start: {one_line_reason(exc)}") from None
-        tokenizer = llm.get_tokenizer()
-        inputs = render_prompts(tokenizer, prepared)
-        params = [
-            SamplingParams(temperature=0.0, max_tokens=p.max_tokens, seed=prepared.seed)
-            for p in prepared.prompts
-        ]
-        try:
-            outputs = llm.generate(inputs, params, use_tqdm=False)
-        except Exception as exc:
-            raise EngineError(f"generating the responses failed: {one_line_reason(exc)}") from None
-        generations = []
-        for out in outputs:
-            prompt_ids = list(out.prompt_token_ids or [])
-            done = out.outputs[0]
-            ids = prompt_ids + list(done.token_ids)
-            generations.append(
-                Generation(
-                    prompt_ids=prompt_ids,
-                    output_ids=list(done.token_ids),
-                    finish_reason=done.finish_reason,
-                    text=tokenizer.decode(ids, skip_special_tokens=False),
-                )
-            )
-        del llm  # shuts its engine process down now
-        return generations
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+    return generate_greedy(config, prepared)
 
 
 def response_rows(

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from autotune.report.frames import acceptance_columns, summary_frame
+from autotune.report.frames import acceptance_columns, latest_prompt_sets, summary_frame
 
 PALETTE = (
     "#1f77b4",
@@ -113,15 +113,6 @@ class Figures:
     @property
     def has_speedup(self) -> bool:
         return any(any(s.values()) for s in self.speedup.values())
-
-
-def latest_prompt_sets(df: pd.DataFrame) -> pd.DataFrame:
-    """Only the newest prompt set (workload digest) of each workload, like ``choose``."""
-    if df.empty:
-        return df
-    newest = df.sort_values("created_at").groupby("workload")["workload_digest"].last()
-    keep = df["workload_digest"] == df["workload"].map(newest)
-    return df[keep]
 
 
 def _series_key(config_json: str) -> str:

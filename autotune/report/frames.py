@@ -16,10 +16,13 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from autotune.recommend.choose import DEFAULT_TIE_PCT, ConfigScore, rank, score, screen
+from autotune.recommend.slo import measurement_goodput
 from autotune.spec.methods import config_id
+from autotune.spec.slo import SLO
 from autotune.store.records import MeasurementRecord
 
 if TYPE_CHECKING:  # the store (SQLAlchemy) loads only when a study is read from it
+    from autotune.spec.study import StudySpec
     from autotune.store import Store
 
 DEFAULT_MAX_SPREAD_PCT = 10.0
@@ -84,6 +87,10 @@ _TRAILING = [
 ]
 
 
+GOODPUT = "goodput_req_s"
+"""The measurements frame's goodput column (requests/s that met the workload's SLO)."""
+
+
 def config_label(method: str, num_speculative_tokens: int, is_baseline: bool) -> str:
     """``eagle3 N=4``, or ``off`` for the baseline (the same words as the recommendation)."""
     return "off" if is_baseline else f"{method} N={num_speculative_tokens}"
@@ -119,10 +126,43 @@ def measurements_frame(store: Store, study: str) -> pd.DataFrame:
         max_spread_pct=max_spread,
     )
     if spec is not None and spec.slo is not None:
-        from autotune.report.tradeoff import add_goodput
-
         df = add_goodput(df, records, spec)
     return df
+
+
+def add_goodput(
+    df: pd.DataFrame, records: Sequence[MeasurementRecord], spec: StudySpec
+) -> pd.DataFrame:
+    """``df`` (built from ``records``, row for row) with the study's SLO per workload in
+    ``df.attrs["slo"]``, its objective in ``df.attrs["objective"]`` and a ``goodput_req_s``
+    column: each measurement's goodput under its workload's SLO, NaN where it has no
+    per-request latencies (a replayed landscape, or stored before schema 4)."""
+    assert spec.slo is not None
+    # A context bucket (WORKLOAD@ctxL) takes its workload's SLO.
+    names = sorted({*spec.workloads, *(r.workload for r in records)})
+    slos = {w: spec.slo.for_workload(w) for w in names}
+    out = df.copy()
+    out.attrs.update(df.attrs)
+    out.attrs["slo"] = {
+        w: {k: v for k, v in vars(s).items() if v is not None} for w, s in slos.items()
+    }
+    out.attrs["objective"] = spec.objective
+    values = []
+    for r in records:
+        g = measurement_goodput(r, slos.get(r.workload, SLO()))
+        values.append(math.nan if g is None else g)
+    if not out.empty:
+        out[GOODPUT] = values
+    return out
+
+
+def latest_prompt_sets(df: pd.DataFrame) -> pd.DataFrame:
+    """Only the newest prompt set (workload digest) of each workload, like ``choose``."""
+    if df.empty:
+        return df
+    newest = df.sort_values("created_at").groupby("workload")["workload_digest"].last()
+    keep = df["workload_digest"] == df["workload"].map(newest)
+    return df[keep]
 
 
 def frame_from_records(records: Sequence[MeasurementRecord]) -> pd.DataFrame:

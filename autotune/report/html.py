@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import base64
 import html
-import importlib.util
 import io
 import json
 from pathlib import Path
@@ -84,10 +83,6 @@ if (table) {
   });
 }
 """
-
-
-def plotly_available() -> bool:
-    return importlib.util.find_spec("plotly") is not None
 
 
 def write_html(df: pd.DataFrame, path: Path | str, renderer: Renderer = "auto") -> Path:

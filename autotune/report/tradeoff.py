@@ -13,7 +13,6 @@ HTML report plots it and ``autotune report`` prints the front.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
@@ -23,18 +22,14 @@ from autotune.recommend.slo import (
     NoConfigMeetsSLO,
     choose_goodput,
     choose_slo,
-    measurement_goodput,
     trade_off_rows,
 )
+from autotune.report.frames import GOODPUT
 from autotune.spec.methods import config_id
 from autotune.spec.slo import SLO
 
 if TYPE_CHECKING:
-    from autotune.spec.study import StudySpec
-    from autotune.store.records import MeasurementRecord
-
-GOODPUT = "goodput_req_s"
-"""The measurements frame's goodput column (requests/s that met the workload's SLO)."""
+    pass
 
 TRADE_OFF_COLUMNS = [
     "workload",
@@ -50,32 +45,6 @@ TRADE_OFF_COLUMNS = [
 ]
 
 
-def add_goodput(
-    df: pd.DataFrame, records: Sequence[MeasurementRecord], spec: StudySpec
-) -> pd.DataFrame:
-    """``df`` (built from ``records``, row for row) with the study's SLO per workload in
-    ``df.attrs["slo"]``, its objective in ``df.attrs["objective"]`` and a ``goodput_req_s``
-    column: each measurement's goodput under its workload's SLO, NaN where it has no
-    per-request latencies (a replayed landscape, or stored before schema 4)."""
-    assert spec.slo is not None
-    # A context bucket (WORKLOAD@ctxL) takes its workload's SLO.
-    names = sorted({*spec.workloads, *(r.workload for r in records)})
-    slos = {w: spec.slo.for_workload(w) for w in names}
-    out = df.copy()
-    out.attrs.update(df.attrs)
-    out.attrs["slo"] = {
-        w: {k: v for k, v in vars(s).items() if v is not None} for w, s in slos.items()
-    }
-    out.attrs["objective"] = spec.objective
-    values = []
-    for r in records:
-        g = measurement_goodput(r, slos.get(r.workload, SLO()))
-        values.append(math.nan if g is None else g)
-    if not out.empty:
-        out[GOODPUT] = values
-    return out
-
-
 def slo_of(df: pd.DataFrame, workload: str) -> SLO:
     """The SLO the study set for ``workload`` (empty when it set none)."""
     return SLO(**(df.attrs.get("slo") or {}).get(workload, {}))
@@ -84,8 +53,7 @@ def slo_of(df: pd.DataFrame, workload: str) -> SLO:
 def trade_off_frame(df: pd.DataFrame) -> pd.DataFrame:
     """One row per rankable config per level (newest prompt sets only): see the module
     docstring. Empty when no measurement recorded p99 TPOT (a replayed landscape)."""
-    from autotune.report._figures import latest_prompt_sets
-    from autotune.report.frames import _records, acceptance_columns
+    from autotune.report.frames import _records, acceptance_columns, latest_prompt_sets
 
     empty = pd.DataFrame(columns=TRADE_OFF_COLUMNS)
     if df.empty or "tpot_ms_p99" not in df or df["tpot_ms_p99"].isna().all():

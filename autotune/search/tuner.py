@@ -16,7 +16,6 @@ by counting the baseline's finished trials.
 from __future__ import annotations
 
 import functools
-import math
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -39,15 +38,17 @@ from autotune.engine._base import (
     PreparedWorkload,
 )
 from autotune.errors import SpecError
-from autotune.search.samplers import (
-    OptunaMirror,
-    OptunaStrategy,
+from autotune.search.objective import (
     level_medians,
-    make_sampler,
-    make_strategy,
     metric_name,
     objective_unit,
     study_objective,
+)
+from autotune.search.samplers import (
+    OptunaMirror,
+    OptunaStrategy,
+    make_sampler,
+    make_strategy,
 )
 from autotune.search.space import SearchSpace
 from autotune.search.strategy import (
@@ -145,16 +146,6 @@ class _Trial:
     def engine_seconds(self) -> float:
         start = self.info.engine_start_s if self.info else 0.0
         return start + sum(m.measure_s for m in self.measurements)
-
-
-def objective_value(measurements: Sequence[Measurement | MeasurementRecord]) -> float:
-    """Geometric mean over the measured (workload, concurrency) cells of the median output
-    throughput (Optuna's trial value; the model-guided search leaves out cells where a config
-    cannot win, so compare values only between configs measured at the same cells)."""
-    medians = list(level_medians(measurements).values())
-    if not medians or any(v <= 0 for v in medians):
-        return 0.0
-    return math.exp(sum(math.log(v) for v in medians) / len(medians))
 
 
 class Tuner:

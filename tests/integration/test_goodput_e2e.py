@@ -15,7 +15,7 @@ import yaml
 from autotune import api
 from autotune.cli.progress import LineReporter
 from autotune.recommend.slo import choose_goodput, measurement_goodput
-from autotune.search.samplers import GOODPUT_METRIC, goodput_value
+from autotune.search.objective import GOODPUT_METRIC, goodput_value
 from autotune.spec.loader import ResolvedStudy
 from autotune.spec.slo import SLO
 from autotune.store import Store

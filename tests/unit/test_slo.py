@@ -503,7 +503,7 @@ def test_goodput_value_is_the_geomean_of_level_medians() -> None:
 
     from autotune.engine._base import Measurement
     from autotune.engine.stats import request_latencies_ms
-    from autotune.search.samplers import GOODPUT_METRIC, goodput_value, metric_name
+    from autotune.search.objective import GOODPUT_METRIC, goodput_value, metric_name
     from autotune.spec.study import StudySpec
 
     spec = StudySpec.model_validate(
@@ -643,7 +643,7 @@ def test_progress_lines_print_the_objectives_unit() -> None:
 
     from autotune.cli.progress import LineReporter
     from autotune.engine._base import EngineConfig
-    from autotune.search.samplers import objective_unit
+    from autotune.search.objective import objective_unit
     from autotune.spec.study import StudySpec
 
     base = {"name": "s", "model": {"name": "tiny"}, "workloads": ["code"]}
