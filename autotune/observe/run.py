@@ -133,6 +133,10 @@ def observe(
     )
 
 
+def _share(x: float) -> str:
+    return f"{x * 100:.0f}%" if x >= 0.01 or x == 0 else "<1%"
+
+
 def _pct(x: float) -> str:
     return f"{x * 100:+.1f}%"
 
@@ -157,11 +161,11 @@ def render(o: Observation) -> str:
             f" {f'acceptance at position {i + 1}':<26} {a:>6.2f} "
             f"{'-' if s is None else format(s, '.2f'):>6}"
         )
-    share = ", ".join(f"{c}: {v * 100:.0f}%" for c, v in w.concurrency().items())
+    share = ", ".join(f"{c}: {_share(v)}" for c, v in w.concurrency().items())
     lines.append(f" running requests seen ({len(w.running_samples)} samples): {share}")
     p = o.prediction
     if p is not None:
-        mix = ", ".join(f"c={c} {v * 100:.0f}%" for c, v in p.weights.items())
+        mix = ", ".join(f"c={c} {_share(v)}" for c, v in p.weights.items())
         best = p.best
         if best.num_speculative_tokens == p.deployed_n:
             verdict = f"the deployed N={p.deployed_n} is predicted best for this traffic"

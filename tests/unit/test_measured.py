@@ -110,3 +110,32 @@ def test_render_json_and_history_say_which_version_measured() -> None:
     assert data["mode"] == "check-measure"
     line = history_line("2026-12-01 10:00", data)
     assert "vLLM 0.33.0" in line and "FAILED" in line and "1.90" in line
+
+
+def test_stored_checks_make_a_history_that_report_shows(tmp_path, autotune) -> None:
+    """A measured check shares the verifications table: `report` lists every one with its
+    vLLM version, oldest first, and `verify`'s reader skips them."""
+    from autotune import api
+    from autotune.store import Store
+    from tests.unit.test_check import study_data, write_landscape
+
+    land = write_landscape(tmp_path / "landscape.csv")
+    db = tmp_path / "autotune.db"
+    store = Store(str(db))
+    api.create_study(store, data=study_data(land), source=str(land))
+    api.run_study(store, "gate")
+    record = store.get_study("gate")
+    acc = compare_acceptance(Acceptance(10, (7, 4)), Acceptance(10, (7, 4)), 0.05)
+    for version, ok in (("0.32.0", True), ("0.33.0", False)):
+        r = _check(acc, None, choice_ok=ok)
+        r = MeasuredCheck(**{**r.__dict__, "vllm_version": version})
+        store.save_verification(
+            record, workload="code", mode="check-measure", passed=r.passed, tolerance=0.05,
+            result=r.to_json(), vllm_version=version,
+        )  # fmt: skip
+    assert api.verifications(store, record) == []  # not `verify` results
+    lines = api.check_history_lines(store, record)
+    assert ["vLLM 0.32.0" in lines[0], "vLLM 0.33.0" in lines[1]] == [True, True]
+    assert "passed" in lines[0] and "FAILED" in lines[1]
+    out = autotune("--db", str(db), "report", "gate", db=False).stdout
+    assert "check --measure on" in out and "vLLM 0.33.0: ngram N=2 FAILED" in out
