@@ -101,9 +101,9 @@ recommend: $(STAMP)  ## print the recommended --speculative-config: make recomme
 check: $(STAMP)  ## CI gate: is the deployed config still the best? make check MODEL=kimi WORKLOAD=code CONFIG=deployed.json
 	$(AUTOTUNE) check --model $(MODEL) --workload $(WORKLOAD) --config $(CONFIG)
 
-check-measured: $(STAMP)  ## after make demo: measure the deployed config (CONFIG=file; default the recommendation) and the baseline again on the installed vLLM, compare acceptance and speedup with the study
+check-measured: $(STAMP)  ## after make demo: measure the deployed config (CONFIG=file; default the recommendation; ARGS=more check flags) and the baseline again on the installed vLLM, compare acceptance and speedup with the study
 	@cfg='$(CONFIG)'; [ -n "$$cfg" ] || cfg="$$($(AUTOTUNE) --db sqlite:///studies/demo.db recommend --model tiny --workload code)"; \
-	$(AUTOTUNE) --db sqlite:///studies/demo.db check --model tiny --workload code --config "$$cfg" --measure
+	$(AUTOTUNE) --db sqlite:///studies/demo.db check --model tiny --workload code --config "$$cfg" --measure $(ARGS)
 
 clean:  ## remove caches and build outputs (keeps .venv and the study store)
 	rm -rf build dist *.egg-info .pytest_cache .ruff_cache .mypy_cache
