@@ -165,8 +165,9 @@ def speedup_band(
                 None,
                 None,
                 (
-                    "not judged: the study measured no start-to-start noise (measurement.drift_check "
-                    "off); give --speedup-tolerance to judge it"
+                    "nothing: the study measured no start-to-start noise (its baseline ran on "
+                    "one engine only: measurement.drift_check off, or the study stopped before "
+                    "it); give --speedup-tolerance to judge it"
                 ),
             )
         return (
