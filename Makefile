@@ -17,7 +17,7 @@ ACCEL := $(shell if [ -e /dev/kfd ] || command -v rocm-smi >/dev/null 2>&1; then
                  elif command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then echo cuda; \
                  else echo cpu; fi)
 
-.PHONY: install test test-unit test-contract test-integration lint format demo verify bench-search bench-stress bench-cli bench-scale bench-prefix bench-fidelity bench-agreement recommend check clean help
+.PHONY: install test test-unit test-contract test-integration lint format demo verify bench-search bench-stress bench-cli bench-scale bench-prefix bench-fidelity bench-agreement recommend check check-measured clean help
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -103,6 +103,10 @@ recommend: $(STAMP)  ## print the recommended --speculative-config: make recomme
 
 check: $(STAMP)  ## CI gate: is the deployed config still the best? make check MODEL=kimi WORKLOAD=code CONFIG=deployed.json
 	$(AUTOTUNE) check --model $(MODEL) --workload $(WORKLOAD) --config $(CONFIG)
+
+check-measured: $(STAMP)  ## after make demo: measure the deployed config (CONFIG=file; default the recommendation; ARGS=more check flags) and the baseline again on the installed vLLM, compare acceptance and speedup with the study
+	@cfg='$(CONFIG)'; [ -n "$$cfg" ] || cfg="$$($(AUTOTUNE) --db sqlite:///studies/demo.db recommend --model tiny --workload code)"; \
+	$(AUTOTUNE) --db sqlite:///studies/demo.db check --model tiny --workload code --config "$$cfg" --measure $(ARGS)
 
 clean:  ## remove caches and build outputs (keeps .venv and the study store)
 	rm -rf build dist *.egg-info .pytest_cache .ruff_cache .mypy_cache

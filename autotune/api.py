@@ -1109,7 +1109,84 @@ def verification_lines(
     return [
         summary_line(v, f"{when:%Y-%m-%d %H:%M}")
         for when, v in verifications(store, record, workload)
+    ] + check_history_lines(store, record, workload)
+
+
+def check_history_lines(store: Store, study: StudyRecord, workload: str | None = None) -> list[str]:
+    """One line per stored ``check --measure`` of a study, oldest first: its history across
+    vLLM versions (shown by ``report`` and ``check``)."""
+    from autotune.recommend.measured import history_line
+    from autotune.verify.remeasure import history
+
+    return [
+        history_line(f"{when:%Y-%m-%d %H:%M}", data)
+        for when, data in history(store, study, workload)
     ]
+
+
+def check_measured(
+    store: Store,
+    model: str,
+    workload: str,
+    deployed: dict[str, Any] | None,
+    *,
+    study: str | None = None,
+    concurrency: int | None = None,
+    tolerance_pct: float = 1.0,
+    acceptance_tolerance_pct: float = 5.0,
+    speedup_tolerance_pct: float | None = None,
+    acceptance_only: bool = False,
+    progress: Callable[[str], None] | None = None,
+) -> Any:
+    """``check --measure``: start the deployed config (and the baseline, unless
+    ``acceptance_only``) on the study's prompts and protocol on the installed vLLM, compare its
+    acceptance (within ``acceptance_tolerance_pct``) and speedup (against the study's
+    start-to-start noise) with the study's, store the result with its vLLM version and return it
+    (``autotune.recommend.measured.MeasuredCheck``; ``.passed``)."""
+    from autotune.verify.remeasure import check_measured as run_check
+
+    return run_check(
+        store,
+        model,
+        workload,
+        deployed,
+        study=study,
+        concurrency=concurrency,
+        tolerance_pct=tolerance_pct,
+        acceptance_tolerance=acceptance_tolerance_pct / 100.0,
+        speedup_tolerance_pct=speedup_tolerance_pct,
+        acceptance_only=acceptance_only,
+        progress=progress,
+    )
+
+
+def observe(
+    store: Store,
+    url: str,
+    *,
+    model: str,
+    workload: str,
+    config: dict[str, Any] | None = None,
+    study: str | None = None,
+    duration_s: float = 60.0,
+    interval_s: float = 1.0,
+    timeout_s: float = 5.0,
+) -> Any:
+    """``autotune observe``: read a live vLLM server's ``/metrics`` over a window and compare
+    with the study of (model, workload) (``autotune.observe.run.Observation``). Read-only."""
+    from autotune.observe.run import observe as run_observe
+
+    return run_observe(
+        store,
+        url,
+        model=model,
+        workload=workload,
+        config=config,
+        study=study,
+        duration_s=duration_s,
+        interval_s=interval_s,
+        timeout_s=timeout_s,
+    )
 
 
 @dataclass(frozen=True)

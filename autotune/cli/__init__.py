@@ -16,6 +16,7 @@ from autotune.cli.bench import bench
 from autotune.cli.check import check
 from autotune.cli.export import export
 from autotune.cli.models import models
+from autotune.cli.observe import observe
 from autotune.cli.recommend import recommend
 from autotune.cli.report import report
 from autotune.cli.study import study
@@ -59,6 +60,7 @@ cli.add_command(report)
 cli.add_command(check)
 cli.add_command(bench)
 cli.add_command(verify)
+cli.add_command(observe)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
-from autotune.cli._common import NON_NEGATIVE_FLOAT, POSITIVE_INT, Context, pass_ctx
+from autotune.cli._common import (
+    NON_NEGATIVE_FLOAT,
+    POSITIVE_INT,
+    Context,
+    FiniteFloatRange,
+    pass_ctx,
+)
 
 
 @click.command("check")
@@ -54,6 +62,40 @@ from autotune.cli._common import NON_NEGATIVE_FLOAT, POSITIVE_INT, Context, pass
     metavar="NAME",
     help="Use this study [default: the newest that measured the pair].",
 )
+@click.option(
+    "--measure",
+    is_flag=True,
+    help="Start the deployed config (and the baseline) on the study's prompts and protocol on "
+    "the vLLM installed now and compare acceptance and speedup with the study's; on another "
+    "vLLM version than the study's it re-measures instead of failing as stale. Stored with its "
+    "vLLM version (`report` shows the history).",
+)
+@click.option(
+    "--acceptance-only",
+    is_flag=True,
+    help="With --measure: start the deployed config only (no baseline, no speedup check).",
+)
+@click.option(
+    "--acceptance-tolerance",
+    "acceptance_tolerance_pct",
+    type=FiniteFloatRange(min=0.0, max=100.0, max_open=True),
+    default=5.0,
+    show_default=True,
+    metavar="PCT",
+    help="With --measure: fail when the acceptance length or a position's acceptance is more "
+    "than PCT percent below the study's for the same config.",
+)
+@click.option(
+    "--speedup-tolerance",
+    "speedup_tolerance_pct",
+    type=NON_NEGATIVE_FLOAT,
+    default=None,
+    metavar="PCT",
+    help="With --measure: fail when a level's speedup over the baseline fell more than PCT "
+    "percent below the study's [default and floor: the study's start-to-start noise, its "
+    "baseline's drift between two engine starts].",
+)
+@click.option("--json", "as_json", is_flag=True, help="With --measure: print the result as JSON.")
 @pass_ctx
 def check(
     ctx: Context,
@@ -64,6 +106,11 @@ def check(
     context: int | None,
     tolerance_pct: float,
     study_name: str | None,
+    measure: bool = False,
+    acceptance_only: bool = False,
+    acceptance_tolerance_pct: float = 5.0,
+    speedup_tolerance_pct: float | None = None,
+    as_json: bool = False,
 ) -> None:
     """Check that a deployed --speculative-config is as fast as the recommended one.
 
@@ -71,6 +118,13 @@ def check(
     over repeats) is within --tolerance of the recommended config's. Exit 1, with a one-line
     reason, when it is not, when the deployed config was never measured, or when the study was
     measured on another vLLM version than the one installed (replayed studies excepted).
+    With --measure it measures instead of trusting the store: the deployed config (and the
+    baseline, unless --acceptance-only) runs once on the vLLM installed now, on the study's
+    prompts and measurement settings; exit 1 when the acceptance length or a position's
+    acceptance fell more than --acceptance-tolerance below the study's (naming the positions),
+    when a level's speedup fell by more than the study's start-to-start noise, or when the
+    stored choice check fails; another vLLM version than the study's is measured, not stale.
+    Exit 2 for bad input, before any engine starts.
     A level whose recommendation is low-confidence (the winner's margin inside the measured
     noise, or a noisy winner or baseline) gets a "note: low confidence at concurrency C" line on
     stderr; the exit code does not change.
@@ -82,17 +136,33 @@ def check(
       autotune check --model tiny --workload code --config '{"method": "ngram", "num_speculative_tokens": 2}'
       autotune check --model kimi --workload code --config spec.json --concurrency 8 --tolerance 2
       autotune check --model tiny --workload code --context 512 --config deployed.json
+      autotune check --model tiny --workload code --config deployed.json --measure
     """
     from autotune import api
     from autotune.recommend import check as gate
     from autotune.recommend.normalize import parse_config_text, read_config_arg
 
     deployed = parse_config_text(*read_config_arg(config_arg))
-
     if context is not None:  # the context-length axis: judge at the bucket for L
         pick = api.context_bucket(ctx.store(), model, workload, context, study_name)
         click.echo(f"note: {pick.line()}", err=True)
         workload = pick.workload
+    if measure:
+        _check_measured(
+            ctx,
+            model,
+            workload,
+            deployed,
+            concurrency=concurrency,
+            tolerance_pct=tolerance_pct,
+            study_name=study_name,
+            acceptance_only=acceptance_only,
+            acceptance_tolerance_pct=acceptance_tolerance_pct,
+            speedup_tolerance_pct=speedup_tolerance_pct,
+            as_json=as_json,
+        )
+        return
+
     rec = api.recommend(ctx.store(), model, workload, concurrency, study=study_name)
     # a partial study, or one whose space was not exhausted (#11.2); low-confidence levels (#11.8)
     for note in (*rec.notes, *(lc.line() for lc in rec.low_confidence)):
@@ -111,3 +181,46 @@ def check(
     if not result.ok:
         raise gate.CheckFailed(result.reason)
     click.echo(result.reason)
+
+
+def _check_measured(
+    ctx: Context,
+    model: str,
+    workload: str,
+    deployed: dict[str, Any] | None,
+    *,
+    concurrency: int | None,
+    tolerance_pct: float,
+    study_name: str | None,
+    acceptance_only: bool,
+    acceptance_tolerance_pct: float,
+    speedup_tolerance_pct: float | None,
+    as_json: bool,
+) -> None:
+    """``check --measure`` (autotune.verify.remeasure): measured now, compared, stored."""
+    from autotune import api
+    from autotune.recommend import check as gate
+    from autotune.recommend.measured import failure_line, render
+
+    result = api.check_measured(
+        ctx.store(),
+        model,
+        workload,
+        deployed,
+        study=study_name,
+        concurrency=concurrency,
+        tolerance_pct=tolerance_pct,
+        acceptance_tolerance_pct=acceptance_tolerance_pct,
+        speedup_tolerance_pct=speedup_tolerance_pct,
+        acceptance_only=acceptance_only,
+        progress=lambda line: click.echo(line, err=True),
+    )
+    click.echo(dumps_json(result.to_json()) if as_json else render(result))
+    if not result.passed:
+        raise gate.CheckFailed(failure_line(result))
+
+
+def dumps_json(data: Any) -> str:
+    import json
+
+    return json.dumps(data, indent=2, sort_keys=True, default=str)

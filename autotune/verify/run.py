@@ -341,6 +341,8 @@ def latest(store: Any, study: StudyRecord, workload: str | None = None) -> list[
     """The newest verification per (workload, mode) of a study: ``(created_at, Verification)``."""
     newest: dict[tuple[str, str], Any] = {}
     for created_at, data in store.verifications(study, workload):
+        if data.get("mode") not in ("fixed", "dsd"):
+            continue  # a `check --measure` result (autotune.verify.remeasure) shares the table
         v = Verification.from_json(data)
         newest[(v.workload, v.mode)] = (created_at, v)
     return [newest[k] for k in sorted(newest)]

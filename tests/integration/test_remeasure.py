@@ -1,0 +1,68 @@
+"""`autotune check --measure` on real engines: the deployed config and the baseline started
+again on the study's prompts and protocol; the recommended config passes, a config made to
+accept less (a one-token n-gram window) fails naming the positions, and each result is stored
+with its vLLM version for `report`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from autotune import api
+from autotune.cli import cli
+from autotune.cli._common import report_errors
+from tests.integration._deploy_fixtures import (  # noqa: F401  (session fixture, used by name)
+    DeployStudy,
+    deploy_study,
+)
+
+pytestmark = pytest.mark.integration
+
+
+def _run(db: Path, *args: str) -> tuple[int, str, str]:
+    with CliRunner().isolation() as streams:
+        code = report_errors(cli, ["--db", str(db), *args])
+        return code, streams[0].getvalue().decode(), streams[1].getvalue().decode()
+
+
+def test_check_measure_passes_on_the_recommended_config(
+    deploy_study: DeployStudy,  # noqa: F811
+) -> None:
+    rec = api.recommend(deploy_study.store, "tiny", "code")
+    deployed = rec.speculative_config or deploy_study.ngram
+    # "off" may win on two CPU cores: then the n-gram config is deployed and the stored-choice
+    # gate is widened so that only the measured comparison decides.
+    widen = [] if rec.speculative_config else ["--tolerance", "1000"]
+    code, out, err = _run(
+        deploy_study.db, "check", "--model", "tiny", "--workload", "code", "--config",
+        json.dumps(deployed), "--measure", "--speedup-tolerance", "50", *widen,
+    )  # fmt: skip
+    print(out, err[-3000:])
+    assert code == 0, err[-2000:]
+    assert "acceptance: ok" in out and "speedup over the baseline" in out
+    assert "--speedup-tolerance 50% (the study measured no start-to-start noise)" in out
+    history = api.check_history_lines(deploy_study.store, deploy_study.store.get_study("deploy"))
+    assert history and "passed" in history[-1] and "vLLM 0.32.0" in history[-1]
+
+
+def test_check_measure_fails_on_a_config_that_accepts_less(
+    deploy_study: DeployStudy,  # noqa: F811
+) -> None:
+    worse = {**deploy_study.ngram, "prompt_lookup_min": 1, "prompt_lookup_max": 1}
+    code, out, err = _run(
+        deploy_study.db, "check", "--model", "tiny", "--workload", "code", "--config",
+        json.dumps(worse), "--measure", "--acceptance-only", "--json",
+    )  # fmt: skip
+    print(out, err[-3000:])
+    assert code == 1, err[-2000:]
+    data = json.loads(out)
+    assert data["passed"] is False and data["acceptance"]["passed"] is False
+    assert data["acceptance"]["fell"], data["acceptance"]
+    assert data["speedup"] is None  # --acceptance-only: no baseline started
+    last = err.strip().splitlines()[-1]
+    assert "acceptance fell more than 5% at position" in last
+    stored = api.check_history_lines(deploy_study.store, deploy_study.store.get_study("deploy"))
+    assert any("FAILED" in line for line in stored)
