@@ -121,7 +121,11 @@ def create(
         )
     if as_json:
         echo_json(
-            {"name": created.study.name, "warnings": created.resolved.warnings, "db": store.url}
+            {
+                "name": created.study.name,
+                "warnings": created.resolved.warnings,
+                "db": store.shown_url,
+            }
         )
         return
     for warning in created.resolved.warnings:
@@ -129,7 +133,7 @@ def create(
     n = api.space_size(created.resolved)
     click.echo(
         f"created study {created.study.name!r} ({created.resolved.model}, "
-        f"{n} engine configs, workloads {', '.join(created.resolved.spec.workloads)}) in {store.url}"
+        f"{n} engine configs, workloads {', '.join(created.resolved.spec.workloads)}) in {store.shown_url}"
     )
 
 
@@ -152,7 +156,7 @@ def list_(ctx: Context, as_json: bool, fmt: str) -> None:
         echo_json([_study_summary(r) for r in records])
         return
     if not records:
-        note(f"no studies yet in {store.url}: autotune study create FILE")
+        note(f"no studies yet in {store.shown_url}: autotune study create FILE")
         return
     table = TextTable(
         [
@@ -314,7 +318,7 @@ def delete(ctx: Context, name: str, yes: bool) -> None:
     store.get_study(name)  # fail before asking
     confirm_destructive(f"delete study {name!r} and all its measurements?", yes)
     api.delete_study(store, name)
-    note(f"deleted study {name!r} from {store.url}")
+    note(f"deleted study {name!r} from {store.shown_url}")
 
 
 def _run_options(f: Any) -> Any:
@@ -361,6 +365,15 @@ def _run_options(f: Any) -> Any:
         "exiting with code 2.",
     )(f)
     f = click.option(
+        "--lease-ttl",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        callback=_lease_ttl,
+        help="Another driver may take the study over after this many seconds without a "
+        "heartbeat from this one [default: 60]; raise it on a flaky link to the database.",
+    )(f)
+    f = click.option(
         "--verbose",
         "-v",
         is_flag=True,
@@ -380,6 +393,14 @@ def _run_options(f: Any) -> Any:
     return f
 
 
+def _lease_ttl(_ctx: Any, _param: Any, value: float | None) -> float | None:
+    from autotune.store.store import check_lease_ttl
+
+    if value is not None:
+        check_lease_ttl(value)  # finite and > 0: SpecError, one line, exit 2
+    return value
+
+
 def _run(
     ctx: Context,
     name: str,
@@ -392,6 +413,7 @@ def _run(
     num_gpus: int | None,
     replay_time_scale: float | None,
     wait: bool = False,
+    lease_ttl: float | None = None,
 ) -> None:
     from autotune import api
     from autotune.cli.progress import make_reporter
@@ -413,6 +435,7 @@ def _run(
         replay_time_scale=replay_time_scale,
         wait=wait,
         on_wait=lambda why: click.echo(f"autotune: waiting: {why}", err=True),
+        lease_ttl_s=lease_ttl,
     )
     click.echo(
         f"{summary.trials_run} engine configs measured, {summary.trials_failed} failed, "
@@ -424,7 +447,9 @@ def _run(
     if not quiet:
         for line in api.next_steps(record):
             # the same store as this run's, or the next command reads another one
-            note(line.replace("autotune ", f"autotune --db {ctx.db} ", 1) if ctx.db else line)
+            # (its password masked: the user has it, the terminal's scrollback need not)
+            shown = store.shown_url
+            note(line.replace("autotune ", f"autotune --db {shown} ", 1) if ctx.db else line)
 
 
 def quiet_libraries() -> None:
@@ -476,6 +501,7 @@ def run(
     num_gpus: int | None,
     replay_time_scale: float | None,
     wait: bool,
+    lease_ttl: float | None,
 ) -> None:
     """Measure a study's engine configs until its space or budget is exhausted.
 
@@ -504,6 +530,7 @@ def run(
         num_gpus=num_gpus,
         replay_time_scale=replay_time_scale,
         wait=wait,
+        lease_ttl=lease_ttl,
     )
 
 
@@ -523,10 +550,12 @@ def resume(
     num_gpus: int | None,
     replay_time_scale: float | None,
     wait: bool,
+    lease_ttl: float | None,
 ) -> None:
     """Continue an interrupted study without re-measuring completed configs.
 
-    Trials a killed driver left running are marked interrupted and measured again.
+    Trials a killed driver left running are marked interrupted and reopened: only the cells
+    they are missing are measured, so the study ends as an uninterrupted run would.
 
     \b
     Example:
@@ -544,4 +573,5 @@ def resume(
         num_gpus=num_gpus,
         replay_time_scale=replay_time_scale,
         wait=wait,
+        lease_ttl=lease_ttl,
     )

@@ -104,7 +104,7 @@ def test_roundtrip_and_cascade(tmp_path: Path):
     assert store.measurements() == []
 
 
-def test_interrupted_trials_are_cleared(tmp_path: Path):
+def test_interrupted_trials_keep_their_cells_and_reopen(tmp_path: Path):
     store = Store(str(tmp_path / "a.db"))
     study = _study(store)
     config = EngineConfig(model="tiny:llama")
@@ -113,7 +113,13 @@ def test_interrupted_trials_are_cleared(tmp_path: Path):
     assert store.abandon_running_trials(study) == 1
     (t,) = store.trials(study)
     assert t.state == "interrupted"
-    assert store.get_study("s").num_measurements == 0
+    assert store.get_study("s").num_measurements == 1  # kept: a resume measures the rest
+    store.reopen_trial(tid, 3)
+    (t,) = store.trials(study)
+    assert (t.state, t.optuna_trial_number, t.finished_at) == ("running", 3, None)
+    assert [m.trial_id for m in store.trial_measurements(tid)] == [tid]
+    with pytest.raises(NotFoundError):
+        store.reopen_trial(tid, 3)  # running, not interrupted
 
 
 def test_duplicate_name(tmp_path: Path):

@@ -142,17 +142,22 @@ def test_engine_config_budget(tmp_path: Path, store: Store):
     assert store.get_study("replayed").status == "stopped: budget"
 
 
-def test_interrupted_trial_is_measured_again(tmp_path: Path, store: Store):
+def test_interrupted_trial_is_reopened(tmp_path: Path, store: Store):
+    """A trial a killed driver left running is reopened by the resume, not redone: one trial
+    per config, the interrupted one completed under its own id."""
     from autotune.engine import EngineConfig
 
     land = write_landscape(tmp_path / "l.csv")
     created = api.create_study(store, data=study_data(land), source=str(land))
     # A driver killed mid-trial leaves a running trial behind.
-    store.start_trial(created.study, EngineConfig(model="org/tiny"), None)
+    left = store.start_trial(created.study, EngineConfig(model="org/tiny"), None)
     summary = api.run_study(store, "replayed")
     assert summary.trials_run == 3
-    states = sorted(t.state for t in store.trials(store.get_study("replayed")))
-    assert states == ["complete", "complete", "complete", "interrupted"]
+    trials = store.trials(store.get_study("replayed"))
+    assert sorted(t.state for t in trials) == ["complete", "complete", "complete"]
+    assert (
+        next(t for t in trials if t.config_key == EngineConfig(model="org/tiny").key()).id == left
+    )
 
 
 @pytest.mark.parametrize("sampler", ["grid", "model"])
