@@ -121,6 +121,14 @@ def _fence_statement(conn: Session | Any, lease: Lease) -> bool:
     it; on SQLite the UPDATE takes the database's write lock). False: another driver took the
     lease over, and the caller must write nothing."""
     dialect = _dialect(conn) if isinstance(conn, Session) else conn.dialect.name
+    if dialect == "postgresql":
+        # A driver suspended inside this transaction must not hold the lease row (and with it
+        # every takeover) for much longer than its TTL: the server ends its session then (not
+        # under 10 s, so a loaded client is not cut off between two statements of one write).
+        conn.execute(
+            text("SELECT set_config('idle_in_transaction_session_timeout', :ms, true)"),
+            {"ms": str(round(max(lease.ttl_s, 10.0) * 1000))},
+        )
     res = conn.execute(
         update(LeaseRow)
         .where(LeaseRow.study_name == lease.study, LeaseRow.token == lease.token)
