@@ -272,3 +272,36 @@ def test_a_noisy_cell_is_measured_again_while_the_engine_is_warm(tmp_path: Path,
         api.create_study(store, data=data, source=str(land)).study.resolved_json
     )
     assert noisy_cell(exact, noisy) is None
+
+
+def test_resume_restores_the_optuna_trial_a_dead_driver_missed(
+    tmp_path: Path, store: Store, monkeypatch: pytest.MonkeyPatch
+):
+    """The driver stops between finishing a trial in the store and telling Optuna (a full
+    disk, a lost server, kill -9): the resume records that trial in the mirror, once."""
+    import optuna
+
+    from autotune.errors import StoreError
+    from autotune.search.samplers import OptunaMirror
+
+    land = write_landscape(tmp_path / "l.csv")
+    api.create_study(store, data=study_data(land), source=str(land))
+    real = OptunaMirror.record
+
+    def fail_second(self, *args, **kwargs):
+        if getattr(fail_second, "calls", 0) == 1:
+            raise StoreError("database or disk is full")
+        fail_second.calls = getattr(fail_second, "calls", 0) + 1  # type: ignore[attr-defined]
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(OptunaMirror, "record", fail_second)
+    with pytest.raises(StoreError, match="full"):
+        api.run_study(store, "replayed")
+    monkeypatch.setattr(OptunaMirror, "record", real)
+    ostudy = optuna.load_study(study_name="autotune:replayed", storage=store.url)
+    assert len([t for t in ostudy.trials if "config" in t.user_attrs]) == 1  # one short
+    api.run_study(store, "replayed")
+    ostudy = optuna.load_study(study_name="autotune:replayed", storage=store.url)
+    recorded = [t.user_attrs["config"] for t in ostudy.trials if "config" in t.user_attrs]
+    assert len(recorded) == len(set(recorded)) == 3
+    assert sorted(t.state for t in store.trials(store.get_study("replayed"))) == ["complete"] * 3
