@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from autotune.errors import NoResultError, NotFoundError, SpecError, StoreError
+from autotune.errors import NoResultError, NotFoundError, SpecError
 from autotune.spec.loader import (
     ResolvedStudy,
     load_study_file,
@@ -206,15 +206,20 @@ def run_study(
     ``num_gpus`` starts the local Ray cluster with that many logical GPUs; replay engines sleep
     for their recorded times × ``replay_time_scale`` (see ``_pool_factory``).
 
-    The driver holds the study's lease throughout (``Store.lease``): a second driver on the
-    same study gets StudyBusyError (exit 2) naming the first, or with ``wait`` waits for it.
-    Only with the lease held are a dead driver's trials marked interrupted and its partial
-    measurements removed, so a live driver's trial is never touched.
+    The driver holds the study's lease throughout (``Store.lease``, ``lease_ttl_s`` seconds
+    without a heartbeat before another driver may take it over): a second driver on the same
+    study gets StudyBusyError (exit 2) naming the first, or with ``wait`` waits for it. Every
+    write checks the lease in its own transaction: a driver whose lease was taken over writes
+    nothing more, stops its engines and raises LeaseLostError. Only with the lease held are a
+    dead driver's trials marked interrupted (their measurements kept: the resume measures only
+    the missing cells), so a live driver's trial is never touched.
     """
     from autotune.search.tuner import Tuner
     from autotune.store import LEASE_TTL_S
+    from autotune.store.store import check_lease_ttl
 
     ttl_s = LEASE_TTL_S if lease_ttl_s is None else lease_ttl_s
+    check_lease_ttl(ttl_s)
     record = store.get_study(name)
     resolved = ResolvedStudy.from_json(record.resolved_json)
     factory = _pool_factory(
@@ -227,18 +232,13 @@ def run_study(
         replay_time_scale=replay_time_scale,
     )
     store.ensure_optuna_schema()  # Optuna's tables, created under the schema lock
-    with store.lease(name, ttl_s=ttl_s, wait=wait, on_wait=on_wait) as lease:
+    with store.lease(name, ttl_s=ttl_s, wait=wait, on_wait=on_wait):
         record = store.get_study(name)
         store.abandon_running_trials(record)
         _fail_dead_optuna_trials(store, record.optuna_study_name)
         tuner = Tuner(store, record, factory, reporter=reporter)
         summary = tuner.run(max_configs=max_configs)
-        if store.lease_lost(lease):
-            raise StoreError(
-                f"this driver lost the lease on study {name!r} during the run (no heartbeat "
-                f"for {ttl_s:.0f} s) and another driver took it over; its results are "
-                "in the store, check them with `autotune study show`"
-            )
+        store.check_lease()
         save_recommendations(store, record)
     return summary
 
@@ -989,7 +989,7 @@ def report_study(
     df = measurements_frame(store, name)
     if df.empty:
         raise NoResultError(
-            f"study {name!r} in {store.url} has no measurements yet (autotune study run {name})"
+            f"study {name!r} in {store.shown_url} has no measurements yet (autotune study run {name})"
         )
     written: list[Path] = []
     if csv is not None:

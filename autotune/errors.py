@@ -60,3 +60,12 @@ class EngineError(AutotuneError):
     """An engine failed to start or to measure; the tuner records it as a failed trial."""
 
     exit_code = 1
+
+
+class LeaseLostError(StoreError):
+    """This driver's lease on its study was taken over by another driver (it missed its
+    heartbeats for a whole TTL: suspended, or cut off from the database). Every write of a
+    driver checks its lease in the write's own transaction, so a driver that lost it wrote
+    nothing after the takeover; it stops its engines and exits with this one line."""
+
+    exit_code = 1

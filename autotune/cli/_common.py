@@ -219,6 +219,16 @@ def report_errors(cli: click.Command, argv: list[str] | None) -> int:
         where = exc.filename or "a file"
         click.echo(f"autotune: error: {where}: {exc.strerror or exc}", err=True)
         return 2
+    except Exception as exc:
+        # Anything else a database driver raised (a lost server, a full disk) is one line,
+        # its store URL masked, never a chain of tracebacks.
+        if not _is_database_error(exc):
+            raise
+        cause: BaseException = exc
+        while cause.__cause__ is not None:  # Optuna's StorageInternalError wraps the real one
+            cause = cause.__cause__
+        click.echo(f"autotune: error: the store: {_scrubbed(_first_line(cause))}", err=True)
+        return 1
     # With standalone_mode=False, click returns ctx.exit()'s code (or the command's value).
     return code if isinstance(code, int) else 0
 
@@ -226,12 +236,38 @@ def report_errors(cli: click.Command, argv: list[str] | None) -> int:
 def with_store(exc: AutotuneError) -> str:
     """The error's message; for a missing study or an empty result, with the store it read,
     since the usual cause is the wrong --db / AUTOTUNE_DB."""
-    msg = str(exc)
+    msg = _scrubbed(str(exc))
     if isinstance(exc, NotFoundError | NoResultError | StoreError) and _STORE_URL:
-        url = _STORE_URL[0]
+        from autotune.store.urls import masked_url
+
+        url = masked_url(_STORE_URL[0])
         if url not in msg:
             msg += f" (store: {url})"
     return msg
+
+
+def _scrubbed(text: str) -> str:
+    """``text`` with the store's URL and password masked (every error line goes through it)."""
+    urls = [*_STORE_URL, os.environ.get("AUTOTUNE_DB", "")]
+    if not any(urls) and "://" not in text:
+        return text
+    from autotune.store.urls import scrub
+
+    return scrub(text, *urls)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(getattr(exc, "orig", None) or exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _is_database_error(exc: BaseException) -> bool:
+    """SQLAlchemy's errors and Optuna's storage errors (without importing either)."""
+    for cls in type(exc).__mro__:
+        module = cls.__module__
+        if module.startswith("sqlalchemy.") or cls.__name__ == "StorageInternalError":
+            return True
+    return False
 
 
 def _default(o: Any) -> Any:

@@ -129,7 +129,11 @@ def create(
         )
     if as_json:
         echo_json(
-            {"name": created.study.name, "warnings": created.resolved.warnings, "db": store.url}
+            {
+                "name": created.study.name,
+                "warnings": created.resolved.warnings,
+                "db": store.shown_url,
+            }
         )
         return
     for warning in created.resolved.warnings:
@@ -137,7 +141,7 @@ def create(
     n = api.space_size(created.resolved)
     click.echo(
         f"created study {created.study.name!r} ({created.resolved.model}, "
-        f"{n} engine configs, workloads {', '.join(created.resolved.spec.workloads)}) in {store.url}"
+        f"{n} engine configs, workloads {', '.join(created.resolved.spec.workloads)}) in {store.shown_url}"
     )
 
 
@@ -160,7 +164,7 @@ def list_(ctx: Context, as_json: bool, fmt: str) -> None:
         echo_json([_study_summary(r) for r in records])
         return
     if not records:
-        note(f"no studies yet in {store.url}: autotune study create FILE")
+        note(f"no studies yet in {store.shown_url}: autotune study create FILE")
         return
     table = TextTable(
         [
@@ -323,7 +327,7 @@ def delete(ctx: Context, name: str, yes: bool) -> None:
     store.get_study(name)  # fail before asking
     confirm_destructive(f"delete study {name!r} and all its measurements?", yes)
     api.delete_study(store, name)
-    note(f"deleted study {name!r} from {store.url}")
+    note(f"deleted study {name!r} from {store.shown_url}")
 
 
 def _run_options(f: Any) -> Any:
@@ -371,6 +375,15 @@ def _run_options(f: Any) -> Any:
         "exiting with code 2.",
     )(f)
     f = click.option(
+        "--lease-ttl",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        callback=_lease_ttl,
+        help="Another driver may take the study over after this many seconds without a "
+        "heartbeat from this one [default: 60]; raise it on a flaky link to the database.",
+    )(f)
+    f = click.option(
         "--verbose",
         "-v",
         is_flag=True,
@@ -390,6 +403,14 @@ def _run_options(f: Any) -> Any:
     return f
 
 
+def _lease_ttl(_ctx: Any, _param: Any, value: float | None) -> float | None:
+    from autotune.store.store import check_lease_ttl
+
+    if value is not None:
+        check_lease_ttl(value)  # finite and > 0: SpecError, one line, exit 2
+    return value
+
+
 def _run(
     ctx: Context,
     name: str,
@@ -402,6 +423,7 @@ def _run(
     num_gpus: int | None,
     replay_time_scale: float | None,
     wait: bool = False,
+    lease_ttl: float | None = None,
 ) -> None:
     from autotune import api
     from autotune.cli.progress import make_reporter
@@ -426,6 +448,7 @@ def _run(
         replay_time_scale=replay_time_scale,
         wait=wait,
         on_wait=lambda why: click.echo(f"autotune: waiting: {why}", err=True),
+        lease_ttl_s=lease_ttl,
     )
     click.echo(
         f"{summary.trials_run} engine configs measured, {summary.trials_failed} failed, "
@@ -446,8 +469,9 @@ def _run(
     if not quiet:
         for line in api.next_steps(record):
             # the same store as this run's, or the next command reads another one
-            db = shlex.quote(ctx.db) if ctx.db else None
-            note(line.replace("autotune ", f"autotune --db {db} ", 1) if db else line)
+            # (its password masked: the user has it, the terminal's scrollback need not)
+            shown = shlex.quote(store.shown_url) if ctx.db else None
+            note(line.replace("autotune ", f"autotune --db {shown} ", 1) if shown else line)
 
 
 def quiet_libraries() -> None:
@@ -499,6 +523,7 @@ def run(
     num_gpus: int | None,
     replay_time_scale: float | None,
     wait: bool,
+    lease_ttl: float | None,
 ) -> None:
     """Measure a study's engine configs until its space or budget is exhausted.
 
@@ -527,6 +552,7 @@ def run(
         num_gpus=num_gpus,
         replay_time_scale=replay_time_scale,
         wait=wait,
+        lease_ttl=lease_ttl,
     )
 
 
@@ -546,10 +572,12 @@ def resume(
     num_gpus: int | None,
     replay_time_scale: float | None,
     wait: bool,
+    lease_ttl: float | None,
 ) -> None:
     """Continue an interrupted study without re-measuring completed configs.
 
-    Trials a killed driver left running are marked interrupted and measured again.
+    Trials a killed driver left running are marked interrupted and reopened: only the cells
+    they are missing are measured, so the study ends as an uninterrupted run would.
 
     \b
     Example:
@@ -567,6 +595,7 @@ def resume(
         num_gpus=num_gpus,
         replay_time_scale=replay_time_scale,
         wait=wait,
+        lease_ttl=lease_ttl,
     )
 
 

@@ -47,6 +47,9 @@ class TrialJob:
     warmup_requests: int = 4
     start_timeout_s: float = 3600.0
     plan: CellPlan | None = None
+    resumed: Sequence[Measurement] = ()
+    """The cells an interrupted run of this trial measured (stored already): the job counts
+    them as measured and its engine continues after them (``Engine.resume_after``)."""
 
 
 def next_cell(job: TrialJob, measured: Sequence[Measurement]) -> Cell | None:

@@ -67,10 +67,11 @@ def job_events(engine: Engine, job: TrialJob) -> Generator[TrialEvent, None, Non
     end: TrialEvent
     try:
         info = engine.start(job.config)
+        engine.resume_after(job.resumed)
         yield Started(job.trial_id, info)
         if job.warmup_requests and job.workloads:
             engine.warmup(job.workloads[0], job.warmup_requests)
-        measured: list[Measurement] = []
+        measured: list[Measurement] = list(job.resumed)
         while (cell := next_cell(job, measured)) is not None:
             m = engine.measure(by_name[cell.workload], cell.concurrency, cell.repeat, job.settings)
             measured.append(m)

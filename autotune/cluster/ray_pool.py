@@ -33,6 +33,7 @@ import dataclasses
 import os
 import time
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -77,10 +78,13 @@ class EngineActor:
         self._engine = create_engine(engine_kind, **engine_options)
         self._workloads: dict[str, PreparedWorkload] = {}
 
-    def start(self, config: Any, workloads: list[PreparedWorkload]) -> EngineInfo:
+    def start(
+        self, config: Any, workloads: list[PreparedWorkload], resumed: Sequence[Measurement] = ()
+    ) -> EngineInfo:
         self._workloads = {w.name: w for w in workloads}
         began = time.time()
         info = self._engine.start(config)
+        self._engine.resume_after(resumed)
         return dataclasses.replace(
             info,
             ray_node_id=self.node_id,
@@ -284,8 +288,8 @@ class RayPool:
             actor = actor_cls.options(**self._actor_options(job)).remote(
                 self.engine_kind, self.engine_options
             )
-        run = _Running(job=job, actor=actor, node_id=node_id)
-        run.ref = actor.start.remote(job.config, list(job.workloads))
+        run = _Running(job=job, actor=actor, node_id=node_id, measured=list(job.resumed))
+        run.ref = actor.start.remote(job.config, list(job.workloads), list(job.resumed))
         run.deadline = time.monotonic() + job.start_timeout_s
         self._running[run.ref] = run
         self.engines_started += 1
@@ -300,7 +304,8 @@ class RayPool:
                 run.node_id and run.node_id not in self._gpus_per_node()
             )
             self._release(run, keep=False)
-            if node_lost and not run.measured and job.trial_id not in self._requeued:
+            fresh = len(run.measured) == len(job.resumed)
+            if node_lost and fresh and job.trial_id not in self._requeued:
                 # The engine's node left before it measured anything: nothing of this trial is
                 # stored, so it runs again, first in line, on a node that is still there.
                 self._requeued.add(job.trial_id)

@@ -236,6 +236,11 @@ class Engine(ABC):
     def warmup(self, workload: PreparedWorkload, num_requests: int) -> None:  # noqa: B027
         """Send untimed requests so the first timed run does not pay one-off costs."""
 
+    def resume_after(self, measured: Sequence[Measurement]) -> None:  # noqa: B027
+        """The trial started resumes an interrupted run that already ``measured`` these cells
+        (called right after :meth:`start`). A real engine needs nothing; a replay engine
+        advances its seeded draws past them, so it answers what an uninterrupted run would."""
+
     @abstractmethod
     def stop(self) -> None:
         """Shut the engine down and free its devices (idempotent)."""

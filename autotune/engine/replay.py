@@ -19,6 +19,7 @@ import random
 import statistics
 import time
 from collections import defaultdict
+from collections.abc import Sequence
 from pathlib import Path
 
 from autotune.engine._base import (
@@ -89,6 +90,21 @@ class ReplayEngine(Engine):
             platform="replay",
         )
 
+    def resume_after(self, measured: Sequence[Measurement]) -> None:
+        for m in measured:  # the draws an uninterrupted engine made for these cells
+            rows = self._rows(m.workload, m.concurrency)
+            if rows:
+                self._rng.choice(rows)
+
+    def _rows(self, workload: str, concurrency: int) -> list[LandscapePoint]:
+        assert self._current is not None
+        rows = [
+            p
+            for p in self._by_config[self._current]
+            if p.workload == workload and p.concurrency == concurrency
+        ]
+        return sorted(rows, key=lambda r: r.repeat)
+
     def measure(
         self,
         workload: PreparedWorkload,
@@ -98,17 +114,13 @@ class ReplayEngine(Engine):
     ) -> Measurement:
         if self._current is None:
             raise EngineError("replay engine not started")
-        rows = [
-            p
-            for p in self._by_config[self._current]
-            if p.workload == workload.name and p.concurrency == concurrency
-        ]
+        rows = self._rows(workload.name, concurrency)
         if not rows:
             raise EngineError(
                 f"the landscape has no {workload.name} at concurrency {concurrency} for "
                 f"{self._current[0]} N={self._current[2]}"
             )
-        p = self._rng.choice(sorted(rows, key=lambda r: r.repeat))
+        p = self._rng.choice(rows)
         self._sleep(p.measure_s)
         accepted = tuple(round(a * REPLAY_DRAFTS) for a in p.acceptance_per_pos)
         drafts = REPLAY_DRAFTS if p.acceptance_per_pos else 0

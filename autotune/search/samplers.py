@@ -163,6 +163,18 @@ class OptunaMirror:
             trial.set_user_attr(k, v)
         self._tell(trial, value)
 
+    def recorded(self) -> list[dict[str, Any]]:
+        """The params of every config :meth:`record` recorded (a finished trial with its
+        ``config`` attribute; repeats answered from the store and dead drivers' trials have
+        none)."""
+        state = self._optuna.trial.TrialState
+        trials = self.study.get_trials(deepcopy=False, states=(state.COMPLETE, state.FAIL))
+        return [
+            dict(t.params)
+            for t in trials
+            if "config" in t.user_attrs and "repeat_of_config" not in t.user_attrs
+        ]
+
     def _tell(self, trial: Any, value: float | None) -> None:
         if value is None:
             self.study.tell(trial, state=self._optuna.trial.TrialState.FAIL)

@@ -3,7 +3,13 @@
 Each engine config is one trial. Its job (start, warm up, the cells its strategy picks, stop)
 runs on a pool; measurements are stored as they arrive; every finished trial is mirrored into
 the study's Optuna study. Completed and failed configs are never measured twice, so an
-interrupted study resumes where it stopped.
+interrupted study resumes where it stopped: a trial a dead driver left ``interrupted`` is
+reopened with the cells it measured, and its engine measures only the cells it is missing (a
+replay engine draws exactly what an uninterrupted run would have), and a finished trial the
+Optuna mirror is missing (the driver died between the two writes) is recorded there again.
+
+The caller holds the study's lease: every write goes through it (``Store.lease``), and the loop
+checks it between steps, so a driver whose lease was taken over stops within one heartbeat.
 
 The drift check is the one exception: when the strategy has nothing more to propose, the
 baseline is started once more and measured at every level (``measurement.drift_check``), so
@@ -15,6 +21,7 @@ by counting the baseline's finished trials.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -37,7 +44,7 @@ from autotune.engine._base import (
     MeasureSettings,
     PreparedWorkload,
 )
-from autotune.errors import SpecError
+from autotune.errors import SpecError, StoreError
 from autotune.search.objective import (
     level_medians,
     metric_name,
@@ -187,6 +194,8 @@ class Tuner:
         """Trials finished in this run (the strategy is asked again after each)."""
         self.runs_of: dict[str, int] = defaultdict(int)
         """Config key -> finished (complete or failed) trials: 2 for a drift-checked baseline."""
+        self.interrupted: dict[str, int] = {}
+        """Config key -> the latest trial a dead driver left interrupted: reopened, not redone."""
 
     def run(self, max_configs: int | None = None) -> RunSummary:
         strategy = self._open()
@@ -196,8 +205,10 @@ class Tuner:
         self.store.set_study_status(self.record.name, "running")
         stop, status, final = "", "", "interrupted"
         asked: tuple[int, int] | None = None  # (trials finished, free slots) at the last ask
+        ended = False
         try:
             while True:
+                self.store.check_lease()
                 if not stop:
                     stop, status = self._budget_hit(max_configs)
                 free = pool.slots - pool.busy
@@ -218,10 +229,13 @@ class Tuner:
                 for event in pool.poll(timeout_s=1.0):
                     self._handle(event, strategy)
             final = status
+            ended = True
         finally:
             pool.shutdown()
             self.reporter.end()
-            self.store.set_study_status(self.record.name, final)
+            # After a failure (a lost lease, a full disk) the first error is the one to report.
+            with contextlib.suppress(*(() if ended else (StoreError,))):
+                self.store.set_study_status(self.record.name, final)
         self.summary.stop_reason = stop
         if isinstance(strategy, OptunaStrategy):
             self.summary.trials_skipped = strategy.repeated_proposals
@@ -242,7 +256,10 @@ class Tuner:
         rows: dict[int, list[MeasurementRecord]] = defaultdict(list)
         for r in self.store.measurements(study=self.record.name):
             rows[r.trial_id].append(r)
+        first_runs = []
         for t in self.store.trials(self.record):
+            if t.state == "interrupted":
+                self.interrupted[t.config_key] = t.id
             if t.state not in ("complete", "failed"):
                 continue
             self.started += 1
@@ -251,8 +268,17 @@ class Tuner:
             if self.runs_of[t.config_key] > 1:
                 continue  # the drift check's second baseline: the config's value is the first's
             self.done[t.config_key] = self._objective(rows[t.id]) if t.state == "complete" else None
+            first_runs.append(t)
             if len(level_medians(rows[t.id])) == self._num_levels:
                 self.everywhere.add(t.config_key)
+        # A driver that died (or lost its lease, or its disk) between finishing a trial in the
+        # store and telling Optuna left the mirror one trial short: record it now.
+        configs = {c.key(): c for c in self.space.configs()}
+        recorded = self.mirror.recorded()
+        for t in first_runs:
+            config = configs.get(t.config_key)
+            if config is not None and self.space.params_for(config) not in recorded:
+                self.mirror.record(config, self.done[t.config_key], rows[t.id], t.failure_reason)
         return self.strategy or make_strategy(spec.sampler, self.study, self.mirror)
 
     def _state(self, leave_out: int | None = None) -> SearchState:
@@ -277,18 +303,27 @@ class Tuner:
         drift: bool = False,
     ) -> None:
         number = None if drift else self.mirror.number(config)
-        trial_id = self.store.start_trial(self.record, config, number)
-        self.inflight[trial_id] = _Trial(trial_id, config, drift=drift)
+        resumed: list[Measurement] = []
+        reopen = self.interrupted.pop(config.key(), None)
+        if reopen is not None:  # an interrupted run of this config: keep its cells, add the rest
+            self.store.reopen_trial(reopen, number)
+            trial_id = reopen
+            resumed = list(self.store.trial_measurements(reopen))
+        else:
+            trial_id = self.store.start_trial(self.record, config, number)
+        self.inflight[trial_id] = _Trial(trial_id, config, measurements=list(resumed), drift=drift)
         self.started += 1
         self.summary.trials_started += 1
 
         def plan(measured: Sequence[Measurement]) -> Cell | None:
-            # Runs in the driver before each cell: it sees the store as it is then.
+            # Runs in the driver before each cell: it sees the store as it is then. A driver
+            # that lost its lease stops here, before its engine measures one more cell.
+            self.store.check_lease()
             if drift:  # the second baseline takes the full protocol at every level
                 return protocol_cell(self.study, measured)
             return strategy.next_cell(self._state(leave_out=trial_id), config, measured)
 
-        pool.submit(job(trial_id=trial_id, config=config, plan=plan))
+        pool.submit(job(trial_id=trial_id, config=config, plan=plan, resumed=tuple(resumed)))
         self.reporter.trial_started(config)
 
     def _handle(self, event: TrialEvent, strategy: Strategy) -> None:

@@ -7,6 +7,7 @@ SQLite by default (``studies/autotune.db``, WAL mode, busy timeout); any SQLAlch
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import socket
 import sqlite3
@@ -20,15 +21,30 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, delete, event, func, inspect, select, text, update
+from sqlalchemy import (
+    DateTime,
+    Engine,
+    String,
+    create_engine,
+    delete,
+    event,
+    func,
+    insert,
+    inspect,
+    select,
+    text,
+    update,
+)
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.sql.elements import ColumnElement
 
 from autotune import DEFAULT_DB as DEFAULT_DB
 from autotune.engine._base import EngineConfig, EngineInfo, Measurement
 from autotune.errors import (
     CorruptStoreError,
+    LeaseLostError,
     NotFoundError,
     SpecError,
     StoreError,
@@ -51,12 +67,89 @@ from autotune.store.tables import (
     VerificationRow,
     utcnow,
 )
+from autotune.store.urls import masked_url, scrub
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 
 
 LEASE_TTL_S = 60.0
 """A driver's lease on its study lapses this long after its last heartbeat."""
+
+MAX_LEASE_TTL_S = 7 * 24 * 3600.0
+"""The longest lease TTL (a week): a driver that dies holds its study this long at most."""
+
+
+def check_lease_ttl(ttl_s: float) -> None:
+    """A lease TTL is a finite number of seconds in (0, a week]; SpecError naming the flag."""
+    if (
+        isinstance(ttl_s, bool)
+        or not isinstance(ttl_s, int | float)
+        or not math.isfinite(ttl_s)
+        or not 0 < ttl_s <= MAX_LEASE_TTL_S
+    ):
+        raise SpecError(
+            f"must be a number of seconds > 0 and <= {MAX_LEASE_TTL_S:.0f}, not {ttl_s!r}",
+            source="--lease-ttl",
+        )
+
+
+def db_now(dialect: str, offset_s: float = 0.0) -> ColumnElement[Any]:
+    """The database's clock (+ ``offset_s``) as a SQL expression, for every lease time.
+
+    PostgreSQL: ``statement_timestamp()``. SQLite: its own ``'now'``, written the way
+    SQLAlchemy stores a DateTime there (``YYYY-MM-DD HH:MM:SS.ffffff``, UTC), so comparisons
+    with stored times are string comparisons of one format."""
+    if dialect == "sqlite":
+        return func.strftime(
+            "%Y-%m-%d %H:%M:%f", "now", f"{offset_s:+.3f} seconds", type_=String
+        ).concat("000")
+    now = (
+        func.statement_timestamp(type_=DateTime(timezone=True))
+        if dialect == "postgresql"
+        else func.now(type_=DateTime(timezone=True))
+    )
+    return now + timedelta(seconds=offset_s) if offset_s else now
+
+
+def _dialect(s: Session) -> str:
+    return s.get_bind().dialect.name
+
+
+def _fence_statement(conn: Session | Any, lease: Lease) -> bool:
+    """The fence: touch the lease's heartbeat if the token is still ours, in the caller's
+    transaction (on PostgreSQL the row stays locked until it commits, so a takeover waits for
+    it; on SQLite the UPDATE takes the database's write lock). False: another driver took the
+    lease over, and the caller must write nothing."""
+    dialect = _dialect(conn) if isinstance(conn, Session) else conn.dialect.name
+    if dialect == "postgresql":
+        # A driver suspended inside this transaction must not hold the lease row (and with it
+        # every takeover) for much longer than its TTL: the server ends its session then (not
+        # under 10 s, so a loaded client is not cut off between two statements of one write).
+        conn.execute(
+            text("SELECT set_config('idle_in_transaction_session_timeout', :ms, true)"),
+            {"ms": str(round(max(lease.ttl_s, 10.0) * 1000))},
+        )
+    res = conn.execute(
+        update(LeaseRow)
+        .where(LeaseRow.study_name == lease.study, LeaseRow.token == lease.token)
+        .values(heartbeat_at=db_now(dialect))
+    )
+    return getattr(res, "rowcount", 0) == 1
+
+
+def _is_write(statement: str) -> bool:
+    head = statement.lstrip()[:7].upper()
+    return head.startswith(("INSERT", "UPDATE", "DELETE"))
+
+
+def _lost_message(lease: Lease) -> str:
+    return (
+        f"this driver lost the lease on study {lease.study!r} (no heartbeat for "
+        f"{lease.ttl_s:g} s: suspended or cut off from the database) and another driver took it "
+        "over; it stopped and wrote nothing after that (see `autotune study show "
+        f"{lease.study}`)"
+    )
+
 
 _PG_SCHEMA_LOCK = 0x6175746F  # "auto": the advisory-lock key that serializes schema creation
 
@@ -74,7 +167,7 @@ def resolve_url(db: str | None = None) -> str:
     try:
         make_url(url)
     except (ArgumentError, ValueError) as exc:
-        raise SpecError(f"not a database URL: {exc}", source="--db") from None
+        raise SpecError(f"not a database URL: {scrub(str(exc), db, url)}", source="--db") from None
     return url
 
 
@@ -98,9 +191,13 @@ class Store:
 
     def __init__(self, url: str | None = None):
         self.url = resolve_url(url)
+        self.shown_url = masked_url(self.url)
+        """The URL as every message prints it: the password masked."""
         self._engine: Engine | None = None
         self._sessions: sessionmaker[Session] | None = None
         self._keepers: dict[str, _LeaseKeeper] = {}
+        self._fence: Lease | None = None
+        """The lease every driver write checks in its own transaction (``Store.lease``)."""
 
     # --- plumbing ---------------------------------------------------------------------------
 
@@ -124,7 +221,7 @@ class Store:
                 engine = create_engine(self.url)
             except (SQLAlchemyError, ImportError, ValueError, TypeError) as exc:
                 raise SpecError(
-                    f"cannot open {self.url}: {_one_line(exc)}", source="--db"
+                    f"cannot open {self.shown_url}: {self._one_line(exc)}", source="--db"
                 ) from None
             if engine.dialect.name == "sqlite":
                 event.listen(engine, "connect", _sqlite_pragmas)
@@ -135,12 +232,13 @@ class Store:
             except SQLAlchemyError as exc:
                 engine.dispose()
                 raise SpecError(
-                    f"cannot open {self.url}: {_one_line(exc)}", source="--db"
+                    f"cannot open {self.shown_url}: {self._one_line(exc)}", source="--db"
                 ) from None
             except OSError as exc:
                 engine.dispose()
                 raise SpecError(
-                    f"cannot open {self.url}: {exc.strerror or exc}", source="--db"
+                    f"cannot open {self.shown_url}: {scrub(str(exc.strerror or exc), self.url)}",
+                    source="--db",
                 ) from None
             self._engine = engine
             self._sessions = sessionmaker(engine, expire_on_commit=False)
@@ -155,7 +253,32 @@ class Store:
         if self.url.startswith("sqlite"):
             kwargs.setdefault("engine_kwargs", {"connect_args": {"timeout": 30}})
         self.ensure_optuna_schema()
-        return optuna.storages.RDBStorage(self.url, **kwargs)
+        storage = optuna.storages.RDBStorage(self.url, **kwargs)
+        self._fence_engine(storage.engine)
+        return storage
+
+    def _fence_engine(self, engine: Engine) -> None:
+        """Fence the writes of another engine on this store (Optuna's): the first write
+        statement of each of its transactions is preceded, on the same connection and so in
+        the same transaction, by the lease check of :meth:`_check_fence`."""
+        flag = "autotune_fenced"
+
+        def before_write(
+            conn: Any, _cursor: Any, statement: str, _params: Any, _ctx: Any, _many: bool
+        ) -> None:
+            lease = self._fence
+            if lease is None or conn.info.get(flag) or not _is_write(statement):
+                return
+            conn.info[flag] = True  # before the check: it is a write itself
+            if not _fence_statement(conn, lease):
+                self._lost(lease)
+
+        def reset(conn: Any) -> None:
+            conn.info.pop(flag, None)
+
+        event.listen(engine, "before_cursor_execute", before_write)
+        event.listen(engine, "commit", reset)
+        event.listen(engine, "rollback", reset)
 
     def ensure_optuna_schema(self) -> None:
         """Create Optuna's tables unless they exist, serialized with every other creator."""
@@ -172,7 +295,7 @@ class Store:
             try:
                 optuna.storages.RDBStorage(self.url, **kwargs).engine.dispose()
             except SQLAlchemyError as exc:
-                raise StoreError(f"cannot create Optuna's tables: {_one_line(exc)}") from None
+                raise StoreError(f"cannot create Optuna's tables: {self._one_line(exc)}") from None
 
     @contextmanager
     def session(self) -> Iterator[Session]:
@@ -183,13 +306,41 @@ class Store:
             yield session
             session.commit()
         except SQLAlchemyError as exc:
-            session.rollback()
-            raise StoreError(_one_line(exc)) from None
+            with contextlib.suppress(SQLAlchemyError):  # a lost connection cannot roll back
+                session.rollback()
+            raise StoreError(self._one_line(exc)) from None
         except BaseException:
             session.rollback()
             raise
         finally:
             session.close()
+
+    @contextmanager
+    def _driver_write(self) -> Iterator[Session]:
+        """A driver's write: :meth:`session`, whose first statement checks the lease the driver
+        holds (``Store.lease``), so a driver that lost it writes nothing."""
+        with self.session() as s:
+            lease = self._fence
+            if lease is not None and not _fence_statement(s, lease):
+                self._lost(lease)
+            yield s
+
+    def _lost(self, lease: Lease) -> None:
+        keeper = self._keepers.get(lease.token)
+        if keeper is not None:
+            keeper.lost = True
+        raise LeaseLostError(_lost_message(lease))
+
+    def check_lease(self) -> None:
+        """Raise LeaseLostError once the heartbeat thread saw the lease taken over (the tuner
+        calls it between steps, so a driver stops within one heartbeat of the loss)."""
+        lease = self._fence
+        if lease is not None and self.lease_lost(lease):
+            raise LeaseLostError(_lost_message(lease))
+
+    def _one_line(self, exc: BaseException) -> str:
+        """A database error's first line, its store URL and password masked."""
+        return scrub(_one_line(exc), self.url)
 
     def dispose(self) -> None:
         if self._engine is not None:
@@ -245,11 +396,11 @@ class Store:
 
     def get_study(self, name: str) -> StudyRecord:
         if not self.exists():
-            raise NotFoundError(f"no study named {name!r} (the store {self.url} is empty)")
+            raise NotFoundError(f"no study named {name!r} (the store {self.shown_url} is empty)")
         with self.session() as s:
             row = s.scalar(select(StudyRow).where(StudyRow.name == name))
             if row is None:
-                raise NotFoundError(f"no study named {name!r} in {self.url}")
+                raise NotFoundError(f"no study named {name!r} in {self.shown_url}")
             return self._study_record(s, row)
 
     def list_studies(self) -> list[StudyRecord]:
@@ -267,7 +418,7 @@ class Store:
                 s.delete(row)
 
     def set_study_status(self, name: str, status: str) -> None:
-        with self.session() as s:
+        with self._driver_write() as s:
             row = s.scalar(select(StudyRow).where(StudyRow.name == name))
             if row is None:
                 raise NotFoundError(f"no study named {name!r}")
@@ -311,7 +462,7 @@ class Store:
     def start_trial(
         self, study: StudyRecord, config: EngineConfig, optuna_trial_number: int | None
     ) -> int:
-        with self.session() as s:
+        with self._driver_write() as s:
             number = (
                 s.scalar(select(func.count(TrialRow.id)).where(TrialRow.study_id == study.id)) or 0
             )
@@ -335,7 +486,7 @@ class Store:
             return row.id
 
     def record_engine(self, trial_id: int, info: EngineInfo) -> None:
-        with self.session() as s:
+        with self._driver_write() as s:
             row = s.get(TrialRow, trial_id)
             if row is None:
                 raise NotFoundError(f"no trial {trial_id}")
@@ -351,7 +502,7 @@ class Store:
     def add_measurement(
         self, trial_id: int, m: Measurement, info: EngineInfo, config: EngineConfig
     ) -> None:
-        with self.session() as s:
+        with self._driver_write() as s:
             s.add(
                 MeasurementRow(
                     trial_id=trial_id,
@@ -377,7 +528,7 @@ class Store:
     ) -> None:
         if state not in ("complete", "failed"):
             raise ValueError(f"bad trial state {state!r}")
-        with self.session() as s:
+        with self._driver_write() as s:
             row = s.get(TrialRow, trial_id)
             if row is None:
                 raise NotFoundError(f"no trial {trial_id}")
@@ -387,68 +538,99 @@ class Store:
             row.finished_at = utcnow()
 
     def abandon_running_trials(self, study: StudyRecord) -> int:
-        """Mark trials left ``running`` by a killed driver as ``interrupted`` (their engines are
-        gone); their partial measurements are removed so a resume measures the config afresh."""
-        with self.session() as s:
+        """Mark trials left ``running`` by a driver that died or lost its lease as
+        ``interrupted`` (their engines are gone). Their measurements stay: a resume reopens
+        the trial (:meth:`reopen_trial`) and measures only the cells it is missing."""
+        with self._driver_write() as s:
             rows = s.scalars(
                 select(TrialRow).where(TrialRow.study_id == study.id, TrialRow.state == "running")
             ).all()
             for row in rows:
-                row.measurements.clear()
                 row.state = "interrupted"
                 row.failure_reason = "the driver stopped before the trial finished"
                 row.finished_at = utcnow()
             return len(rows)
 
+    def reopen_trial(self, trial_id: int, optuna_trial_number: int | None) -> None:
+        """Run an interrupted trial again: ``running`` once more, its measured cells kept."""
+        with self._driver_write() as s:
+            row = s.get(TrialRow, trial_id)
+            if row is None or row.state != "interrupted":
+                raise NotFoundError(f"no interrupted trial {trial_id}")
+            row.state = "running"
+            row.failure_reason = None
+            row.finished_at = None
+            row.optuna_trial_number = optuna_trial_number
+
+    def trial_measurements(self, trial_id: int) -> list[MeasurementRecord]:
+        """One trial's stored measurements, whatever its state (an interrupted trial's too)."""
+        with self.session() as s:
+            q = (
+                select(MeasurementRow, TrialRow, StudyRow)
+                .join(TrialRow, MeasurementRow.trial_id == TrialRow.id)
+                .join(StudyRow, TrialRow.study_id == StudyRow.id)
+                .where(MeasurementRow.trial_id == trial_id)
+                .order_by(MeasurementRow.id)
+            )
+            return [_measurement_record(m, t, st) for m, t, st in s.execute(q).all()]
+
     # --- leases: one live driver per study --------------------------------------------------
+    #
+    # Every time here is the database's (``now()`` on PostgreSQL, SQLite's own clock), never
+    # this process's: a client whose clock runs ahead or behind cannot steal a live lease or
+    # keep a dead one.
 
     def acquire_lease(self, study: str, ttl_s: float = LEASE_TTL_S) -> Lease:
         """Take the study's lease, or raise StudyBusyError naming the live driver that holds it.
 
         Atomic on SQLite and PostgreSQL alike: an expired row is taken over with one
         conditional UPDATE, a missing one is created by an INSERT the primary key serializes.
+        A takeover changes the row's token, so the previous holder's next write (fenced by
+        its token, :meth:`_driver_write`) fails and its heartbeat learns that it lost.
         """
+        check_lease_ttl(ttl_s)
+        self._connect()
         for _ in range(3):
-            now = utcnow()
-            lease = Lease(
-                study=study,
-                token=uuid.uuid4().hex,
-                pid=os.getpid(),
-                host=socket.gethostname()[:256],
-                acquired_at=now,
-                ttl_s=ttl_s,
-            )
-            values = {
-                "token": lease.token,
-                "pid": lease.pid,
-                "host": lease.host,
-                "acquired_at": now,
-                "heartbeat_at": now,
-                "expires_at": now + timedelta(seconds=ttl_s),
-            }
+            token = uuid.uuid4().hex
+            pid, host = os.getpid(), socket.gethostname()[:256]
             with self.session() as s:
+                dialect = _dialect(s)
+                now = db_now(dialect)
+                values: dict[str, Any] = {
+                    "token": token,
+                    "pid": pid,
+                    "host": host,
+                    "acquired_at": now,
+                    "heartbeat_at": now,
+                    "expires_at": db_now(dialect, ttl_s),
+                }
                 taken = s.execute(
                     update(LeaseRow)
                     .where(LeaseRow.study_name == study, LeaseRow.expires_at < now)
                     .values(**values)
                 )
-                if getattr(taken, "rowcount", 0) == 1:
-                    return lease
-            try:
+                took = getattr(taken, "rowcount", 0) == 1
+            if not took:
+                try:
+                    with self.session() as s:
+                        s.execute(insert(LeaseRow).values(study_name=study, **values))
+                    took = True
+                except StoreError:
+                    pass  # someone holds it (or just took it): report them
+            if took:
                 with self.session() as s:
-                    s.add(LeaseRow(study_name=study, **values))
-                return lease
-            except StoreError:
-                pass  # someone holds it (or just took it): report them
+                    row = s.get(LeaseRow, study)
+                    acquired = _aware(row.acquired_at) if row is not None else utcnow()
+                return Lease(study, token, pid, host, acquired, ttl_s)
             holder = self.lease_holder(study)
-            if holder is not None and holder.host == lease.host and not _pid_alive(holder.pid):
+            if holder is not None and holder.host == host and not _pid_alive(holder.pid):
                 # A driver on this host that was killed (kill -9, OOM): no need to wait for
                 # its lease to lapse. Expire it and try again.
                 with self.session() as s:
                     s.execute(
                         update(LeaseRow)
                         .where(LeaseRow.study_name == study, LeaseRow.token == holder.token)
-                        .values(expires_at=now - timedelta(seconds=1))
+                        .values(expires_at=db_now(_dialect(s), -1.0))
                     )
                 continue
             if holder is not None:
@@ -464,8 +646,12 @@ class Store:
         if not self.exists():
             return None
         with self.session() as s:
-            row = s.get(LeaseRow, study)
-            if row is None or _aware(row.expires_at) < utcnow():
+            row = s.scalar(
+                select(LeaseRow).where(
+                    LeaseRow.study_name == study, LeaseRow.expires_at >= db_now(_dialect(s))
+                )
+            )
+            if row is None:
                 return None
             return LeaseHolder(
                 token=row.token,
@@ -477,12 +663,12 @@ class Store:
 
     def renew_lease(self, lease: Lease) -> bool:
         """Push the lease's expiry forward; False when it is no longer ours."""
-        now = utcnow()
         with self.session() as s:
+            dialect = _dialect(s)
             res = s.execute(
                 update(LeaseRow)
                 .where(LeaseRow.study_name == lease.study, LeaseRow.token == lease.token)
-                .values(heartbeat_at=now, expires_at=now + timedelta(seconds=lease.ttl_s))
+                .values(heartbeat_at=db_now(dialect), expires_at=db_now(dialect, lease.ttl_s))
             )
             return getattr(res, "rowcount", 0) == 1
 
@@ -510,7 +696,13 @@ class Store:
         on_wait: Callable[[str], None] | None = None,
     ) -> Iterator[Lease]:
         """Hold the study's lease for the block, renewed by a heartbeat thread every
-        ``ttl_s / 6`` seconds; with ``wait``, poll until the holder releases it or dies."""
+        ``ttl_s / 6`` seconds; with ``wait``, poll until the holder releases it or dies.
+
+        While it is held, every driver write of this store (trials, measurements,
+        recommendations, the study's status, Optuna's writes through :meth:`optuna_storage`)
+        checks it in the write's own transaction: LeaseLostError, and no row, once another
+        driver took it over."""
+        check_lease_ttl(ttl_s)
         while True:
             try:
                 lease = self.acquire_lease(study, ttl_s)
@@ -524,11 +716,13 @@ class Store:
                 time.sleep(min(5.0, ttl_s / 6))
         keeper = _LeaseKeeper(self, lease)
         self._keepers[lease.token] = keeper
+        previous, self._fence = self._fence, lease
         keeper.start()
         try:
             yield lease
         finally:
             keeper.stop()
+            self._fence = previous
             self._keepers.pop(lease.token, None)
             with contextlib.suppress(StoreError):  # else it lapses by itself at expires_at
                 self.release_lease(lease)
@@ -576,7 +770,7 @@ class Store:
     ) -> int:
         """Store a study's recommendations, replacing the ones a previous run stored (one
         transaction: readers see the old set or the new one, never both)."""
-        with self.session() as s:
+        with self._driver_write() as s:
             s.execute(delete(RecommendationRow).where(RecommendationRow.study_id == study.id))
             for item in items:
                 config = item.get("speculative_config")
@@ -796,10 +990,12 @@ def _live_status(s: Session, row: StudyRow) -> str:
     ``interrupted``, not ``running`` forever."""
     if row.status != "running":
         return row.status
-    lease = s.get(LeaseRow, row.name)
-    if lease is None or _aware(lease.expires_at) < utcnow():
-        return "interrupted"
-    return row.status
+    live = s.scalar(
+        select(func.count())
+        .select_from(LeaseRow)
+        .where(LeaseRow.study_name == row.name, LeaseRow.expires_at >= db_now(_dialect(s)))
+    )
+    return row.status if live else "interrupted"
 
 
 def _aware(value: datetime) -> datetime:

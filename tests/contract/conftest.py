@@ -3,7 +3,9 @@
 The server binaries come from Debian's ``postgresql`` package (``.ci/run`` installs it where it
 is missing). PostgreSQL refuses to run as root, so as root (CI) the cluster is initialised and
 run as ``nobody`` in a folder that user owns; the server listens on 127.0.0.1 only, on a free
-port, with fsync off (a test cluster, thrown away at the end of the session).
+port, with fsync off (a test cluster, thrown away at the end of the session). The ``postgres``
+superuser connects without a password (trust); the role ``autotune`` must give its password
+(SCRAM), for the tests that check no command prints it (:meth:`PostgresServer.password_url`).
 """
 
 from __future__ import annotations
@@ -36,11 +38,32 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+PASSWORD_ROLE = "autotune"
+
+
 class PostgresServer:
     def __init__(self, root: Path, port: int, user: str | None):
         self.root = root
         self.port = port
         self.user = user
+        self.password = f"pw-{uuid.uuid4().hex}"
+        """The password of the role ``autotune`` (checked by the server: SCRAM)."""
+
+    def password_url(self) -> str:
+        """A fresh database owned by the role ``autotune``, reached with its password."""
+        import psycopg
+
+        name = f"t_{uuid.uuid4().hex[:12]}"
+        with psycopg.connect(
+            f"host=127.0.0.1 port={self.port} user=postgres dbname=postgres", autocommit=True
+        ) as conn:
+            exists = conn.execute(
+                "SELECT 1 FROM pg_roles WHERE rolname = %s", (PASSWORD_ROLE,)
+            ).fetchone()
+            if not exists:
+                conn.execute(f"CREATE ROLE {PASSWORD_ROLE} LOGIN PASSWORD '{self.password}'")
+            conn.execute(f'CREATE DATABASE "{name}" OWNER {PASSWORD_ROLE}')
+        return f"postgresql+psycopg://{PASSWORD_ROLE}:{self.password}@127.0.0.1:{self.port}/{name}"
 
     def url(self, database: str) -> str:
         return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/{database}"
@@ -80,6 +103,13 @@ def postgres_server() -> Iterator[PostgresServer]:
         )
 
     run(initdb, "-D", str(data), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync")
+    # The password role must authenticate (first matching line wins); everyone else is trusted.
+    hba = data / "pg_hba.conf"
+    rule = f"host all {PASSWORD_ROLE} 127.0.0.1/32 scram-sha-256\n"
+    if user:
+        run("sh", "-c", f"printf '%s' '{rule}' | cat - {hba} > {hba}.new && mv {hba}.new {hba}")
+    else:
+        hba.write_text(rule + hba.read_text())
     options = (
         f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off "
         "-c synchronous_commit=off -c full_page_writes=off -c max_connections=200"

@@ -191,11 +191,13 @@ def test_resume_in_the_middle_of_the_drift_check(store, tmp_path):
     assert second.trials_run == 1 and second.trials_started == 1  # only the drift run, again
     trials = store.trials(store.get_study("replayed"))
     base = [t for t in trials if t.method == "none"]
-    assert [t.state for t in base] == ["complete", "interrupted", "complete"]
+    # The interrupted drift run is reopened, its measured cell kept and the rest measured.
+    assert [t.state for t in base] == ["complete", "complete"] and base[1].id == trial_id
     assert len({t.config_key for t in base}) == 1 == len({baseline.key(), base[0].config_key})
-    # The interrupted run's partial measurement is gone; the pooled baseline has two trials.
+    kept = [m for m in store.trial_measurements(trial_id) if (m.concurrency, m.repeat) == (1, 0)]
+    assert [m.output_throughput_tok_s for m in kept] == [100.0]
     rec = api.recommend(store, "org/tiny", "code", 1)
-    assert rec.choice.baseline.trial_ids == (base[0].id, base[2].id)
+    assert rec.choice.baseline.trial_ids == (base[0].id, base[1].id)
     assert store.get_study("replayed").status == "done"
     assert api.run_study(store, "replayed").trials_started == 0
 

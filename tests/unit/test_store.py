@@ -104,7 +104,7 @@ def test_roundtrip_and_cascade(tmp_path: Path):
     assert store.measurements() == []
 
 
-def test_interrupted_trials_are_cleared(tmp_path: Path):
+def test_interrupted_trials_keep_their_cells_and_reopen(tmp_path: Path):
     store = Store(str(tmp_path / "a.db"))
     study = _study(store)
     config = EngineConfig(model="tiny:llama")
@@ -113,7 +113,13 @@ def test_interrupted_trials_are_cleared(tmp_path: Path):
     assert store.abandon_running_trials(study) == 1
     (t,) = store.trials(study)
     assert t.state == "interrupted"
-    assert store.get_study("s").num_measurements == 0
+    assert store.get_study("s").num_measurements == 1  # kept: a resume measures the rest
+    store.reopen_trial(tid, 3)
+    (t,) = store.trials(study)
+    assert (t.state, t.optuna_trial_number, t.finished_at) == ("running", 3, None)
+    assert [m.trial_id for m in store.trial_measurements(tid)] == [tid]
+    with pytest.raises(NotFoundError):
+        store.reopen_trial(tid, 3)  # running, not interrupted
 
 
 def test_duplicate_name(tmp_path: Path):
@@ -187,3 +193,49 @@ def test_schema_4_keeps_per_request_latencies_and_upgrades_a_v3_store(tmp_path: 
     assert after[0].request_latencies_ms == pairs
     with create_engine(f"sqlite:///{path}").connect() as conn:
         assert migrations.current_version(conn) == migrations.SCHEMA_VERSION
+
+
+def test_a_driver_that_lost_its_lease_writes_nothing(tmp_path: Path):
+    """Fenced writes (SQLite): once another driver took the lease over, every write of the
+    old holder (measurement, trial, recommendations, status, Optuna's) raises LeaseLostError
+    and leaves no row; the new holder's writes go through."""
+    from datetime import datetime
+
+    import optuna
+    from sqlalchemy import update
+
+    from autotune.errors import LeaseLostError
+    from autotune.store.tables import LeaseRow
+
+    url = str(tmp_path / "a.db")
+    old, new = Store(url), Store(url)
+    study = _study(old)
+    config = EngineConfig(model="tiny:llama")
+    with old.lease("s", ttl_s=30) as lease:
+        tid = old.start_trial(study, config, None)
+        old.add_measurement(tid, _measurement(), INFO, config)
+        ostudy = optuna.create_study(study_name="autotune:s", storage=old.optuna_storage())
+        with new.session() as s:  # its heartbeat stopped a TTL ago: the lease lapsed
+            s.execute(update(LeaseRow).values(expires_at=datetime(2000, 1, 1)))
+        taken = new.acquire_lease("s", ttl_s=30)
+        assert taken.token != lease.token
+        writes = [
+            lambda: old.add_measurement(tid, _measurement(repeat=1), INFO, config),
+            lambda: old.finish_trial(tid, state="complete", engine_seconds=1.0),
+            lambda: old.start_trial(study, config, None),
+            lambda: old.replace_recommendations(study, []),
+            lambda: old.set_study_status("s", "done"),
+            lambda: ostudy.add_trial(optuna.trial.create_trial(value=1.0)),
+        ]
+        for write in writes:
+            with pytest.raises(LeaseLostError, match="lost the lease on study 's'"):
+                write()
+        assert old.lease_lost(lease)
+        with pytest.raises(LeaseLostError):
+            old.check_lease()
+    (t,) = new.trials(study)
+    assert t.state == "running" and len(new.trial_measurements(tid)) == 1
+    assert new.get_study("s").status != "done"
+    assert optuna.load_study(study_name="autotune:s", storage=new.url).trials == []
+    assert new.lease_holder("s") is not None  # the old holder's exit released nothing of it
+    new.release_lease(taken)

@@ -142,17 +142,22 @@ def test_engine_config_budget(tmp_path: Path, store: Store):
     assert store.get_study("replayed").status == "stopped: budget"
 
 
-def test_interrupted_trial_is_measured_again(tmp_path: Path, store: Store):
+def test_interrupted_trial_is_reopened(tmp_path: Path, store: Store):
+    """A trial a killed driver left running is reopened by the resume, not redone: one trial
+    per config, the interrupted one completed under its own id."""
     from autotune.engine import EngineConfig
 
     land = write_landscape(tmp_path / "l.csv")
     created = api.create_study(store, data=study_data(land), source=str(land))
     # A driver killed mid-trial leaves a running trial behind.
-    store.start_trial(created.study, EngineConfig(model="org/tiny"), None)
+    left = store.start_trial(created.study, EngineConfig(model="org/tiny"), None)
     summary = api.run_study(store, "replayed")
     assert summary.trials_run == 3
-    states = sorted(t.state for t in store.trials(store.get_study("replayed")))
-    assert states == ["complete", "complete", "complete", "interrupted"]
+    trials = store.trials(store.get_study("replayed"))
+    assert sorted(t.state for t in trials) == ["complete", "complete", "complete"]
+    assert (
+        next(t for t in trials if t.config_key == EngineConfig(model="org/tiny").key()).id == left
+    )
 
 
 @pytest.mark.parametrize("sampler", ["grid", "model"])
@@ -267,3 +272,36 @@ def test_a_noisy_cell_is_measured_again_while_the_engine_is_warm(tmp_path: Path,
         api.create_study(store, data=data, source=str(land)).study.resolved_json
     )
     assert noisy_cell(exact, noisy) is None
+
+
+def test_resume_restores_the_optuna_trial_a_dead_driver_missed(
+    tmp_path: Path, store: Store, monkeypatch: pytest.MonkeyPatch
+):
+    """The driver stops between finishing a trial in the store and telling Optuna (a full
+    disk, a lost server, kill -9): the resume records that trial in the mirror, once."""
+    import optuna
+
+    from autotune.errors import StoreError
+    from autotune.search.samplers import OptunaMirror
+
+    land = write_landscape(tmp_path / "l.csv")
+    api.create_study(store, data=study_data(land), source=str(land))
+    real = OptunaMirror.record
+
+    def fail_second(self, *args, **kwargs):
+        if getattr(fail_second, "calls", 0) == 1:
+            raise StoreError("database or disk is full")
+        fail_second.calls = getattr(fail_second, "calls", 0) + 1  # type: ignore[attr-defined]
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(OptunaMirror, "record", fail_second)
+    with pytest.raises(StoreError, match="full"):
+        api.run_study(store, "replayed")
+    monkeypatch.setattr(OptunaMirror, "record", real)
+    ostudy = optuna.load_study(study_name="autotune:replayed", storage=store.url)
+    assert len([t for t in ostudy.trials if "config" in t.user_attrs]) == 1  # one short
+    api.run_study(store, "replayed")
+    ostudy = optuna.load_study(study_name="autotune:replayed", storage=store.url)
+    recorded = [t.user_attrs["config"] for t in ostudy.trials if "config" in t.user_attrs]
+    assert len(recorded) == len(set(recorded)) == 3
+    assert sorted(t.state for t in store.trials(store.get_study("replayed"))) == ["complete"] * 3
