@@ -122,9 +122,9 @@ def iter_records(
     text = _read_text(path, ctx, field_name)
     deep = json_depth_error(text)
     if deep is not None:
-        line = 1 + text.count("\n", 0, deep)
+        bad_line = 1 + text.count("\n", 0, deep)
         raise ctx.error(
-            f"{path.name} line {line}: JSON nested deeper than {MAX_DEPTH} levels", field_name
+            f"{path.name} line {bad_line}: JSON nested deeper than {MAX_DEPTH} levels", field_name
         )
     stripped = text.lstrip()
     if stripped.startswith("["):
