@@ -4,6 +4,7 @@ published starting point when nothing is measured. Parses, calls ``api.answer``,
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 import click
@@ -25,6 +26,14 @@ FORMATS = ("json", "args", "yaml", "dsd")
     default=None,
     metavar="C",
     help="Answer for this concurrency level [default: one config for all levels].",
+)
+@click.option(
+    "--traffic",
+    default=None,
+    metavar="C:SHARE,...",
+    help="Answer for a traffic mix: shares of time at each concurrency, e.g. 1:0.2,8:0.5,32:0.3 "
+    "(the config with the best share-weighted geometric mean of speedups; a level between "
+    "measured ones is answered from its neighbours).",
 )
 @click.option(
     "--study",
@@ -91,6 +100,7 @@ def recommend(
     model: str,
     workload: str,
     concurrency: int | None,
+    traffic: str | None,
     study_name: str | None,
     fmt: str,
     explain: bool,
@@ -145,6 +155,13 @@ def recommend(
     from autotune.spec.slo import SLO
 
     slo = SLO(tpot_p99_ms=slo_tpot_p99, ttft_p99_ms=slo_ttft_p99, itl_p99_ms=slo_itl_p99)
+    mix, normalised = (None, None) if traffic is None else parse_traffic(traffic)
+    if mix is not None and concurrency is not None:
+        from autotune.errors import SpecError
+
+        raise SpecError("give --traffic or --concurrency, not both", source="--traffic")
+    if normalised:
+        click.echo(f"note: {normalised}", err=True)
     answer = api.answer(
         None if ctx.store_file_missing() else ctx.store,
         model,
@@ -153,13 +170,16 @@ def recommend(
         study=study_name,
         source=source,
         slo=slo or None,
+        traffic=mix,
     )
     if isinstance(answer, api.PriorRecommendation):
         _print_prior(answer, fmt, explain, as_json)
         return
     rec = answer
     lines = (
+        rec.answered_from(),
         *rec.notes,
+        *(loss.line() for loss in rec.losses()),
         *(lc.line() for lc in rec.low_confidence),
         *(t.tie_line() for t in rec.ties),
     )
@@ -196,14 +216,28 @@ def recommend(
 
 def _measured_json(rec: Any, shown: Any) -> dict[str, Any]:
     cov = rec.coverage
+    speedup = rec.choice.speedup
     return {
         "source": "measured",
         "speculative_config": shown,
+        "config": rec.choice.best.label(),
         "study": rec.study.name,
         "status": rec.study.status,
+        "concurrency": rec.concurrency,
+        "answered_from_levels": (
+            {str(c): round(w, 4) for c, w in sorted(rec.weights.items())}
+            if rec.weights is not None
+            else None
+        ),
+        "traffic": (
+            {str(c): round(w, 6) for c, w in sorted(rec.traffic.items())}
+            if rec.traffic is not None
+            else None
+        ),
         "configs_measured": cov.measured if cov else None,
         "configs_planned": cov.planned if cov else None,
-        "speedup": rec.choice.speedup,
+        "speedup_vs_off": _sig(speedup),
+        "loses_at": [loss.as_json() for loss in rec.losses()],
         "notes": list(rec.notes),
         "low_confidence": [lc.as_json() for lc in rec.low_confidence],
         "tie": bool(rec.ties),
@@ -212,19 +246,55 @@ def _measured_json(rec: Any, shown: Any) -> dict[str, Any]:
                 "concurrency": t.concurrency,
                 "config": o.label(),
                 "speculative_config": o.speculative_config,
-                "diff_pct": 100.0 * (o.median_tok_s / t.best.median_tok_s - 1.0),
-                "within_pct": t.best.tie_pct(o),
+                "diff_pct": round(100.0 * (o.median_tok_s / t.best.median_tok_s - 1.0), 3),
+                "within_pct": round(t.best.tie_pct(o), 3),
             }
             for t in rec.ties
             for o in t.tied_with
         ],
         "baseline_drift": [
-            {"concurrency": c.concurrency, "drift_pct": c.drift_pct}
+            {"concurrency": c.concurrency, "drift_pct": round(c.drift_pct, 3)}
             for c in rec.per_level
-            if c.drift_pct is not None
-            and (rec.concurrency is None or c.concurrency == rec.concurrency)
+            if c.drift_pct is not None and rec._answers(c.concurrency)
         ],
     }
+
+
+def _sig(value: float | None, digits: int = 4) -> float | None:
+    """``value`` to ``digits`` significant digits (1.080695528 -> 1.081)."""
+    return None if value is None else float(f"{value:.{digits}g}")
+
+
+def parse_traffic(text: str) -> tuple[dict[int, float], str | None]:
+    """``1:0.2,8:0.5,32:0.3`` as {concurrency: share}; shares that do not sum to 1 (within
+    1e-6) are normalised, with the note saying so as the second value. Raises SpecError (exit
+    2, one line) on anything else."""
+    from autotune.errors import SpecError
+
+    mix: dict[int, float] = {}
+    for item in text.split(","):
+        level, sep, share = item.strip().partition(":")
+        try:
+            c, w = int(level), float(share)
+        except ValueError:
+            c, w = 0, float("nan")
+        if not sep or c < 1 or not math.isfinite(w) or w <= 0:
+            raise SpecError(
+                f"{item.strip()!r} is not CONCURRENCY:SHARE with a whole concurrency >= 1 and "
+                "a share > 0 (e.g. 1:0.2,8:0.5,32:0.3)",
+                source="--traffic",
+            )
+        if c in mix:
+            raise SpecError(f"concurrency {c} is given twice", source="--traffic")
+        mix[c] = w
+    total = sum(mix.values())
+    if abs(total - 1.0) <= 1e-6:
+        return mix, None
+    normalised = {c: w / total for c, w in mix.items()}
+    return normalised, (
+        f"--traffic shares sum to {total:g}, not 1: normalised to "
+        + ",".join(f"{c}:{w:.4g}" for c, w in normalised.items())
+    )
 
 
 def _print_prior(prior: Any, fmt: str, explain: bool, as_json: bool) -> None:
@@ -274,14 +344,20 @@ def _explain(rec: Any) -> None:
     con = console(stderr=True)
     c = rec.choice
     best = c.best
-    where = (
-        f"concurrency {rec.concurrency}" if rec.concurrency else "all measured concurrency levels"
-    )
+    if rec.traffic is not None:
+        where = "the traffic mix " + ",".join(f"{c}:{w:.3g}" for c, w in rec.traffic.items())
+    elif rec.interpolated:
+        lo, hi = sorted(rec.weights)
+        where = f"concurrency {rec.concurrency} (from its measured neighbours {lo} and {hi})"
+    elif rec.concurrency:
+        where = f"concurrency {rec.concurrency}"
+    else:
+        where = "all measured concurrency levels"
     con.print(
         f"\n[bold]{rec.model_alias or rec.model}[/bold] / {rec.workload} at {where} "
         f"(study {rec.study.name})"
     )
-    con.print(f"recommended  {best.label()}")
+    con.print(f"recommended  {best.label()}", markup=False)
     if rec.coverage is not None:
         cov = rec.coverage
         con.print(
@@ -308,13 +384,13 @@ def _explain(rec: Any) -> None:
         b = lv.best
         table.add_row(
             str(lv.concurrency),
-            b.label(),
+            b.label(prose=False),
             f"{b.median_tok_s:,.1f}",
             f"{lv.speedup:.2f}x" if lv.speedup else "-",
             f"{b.mean_acceptance_length:.2f}" if b.mean_acceptance_length else "-",
             str(b.repeats),
             f"{b.spread_pct:.1f}",
-            lv.runner_up.label() if lv.runner_up else "-",
+            lv.runner_up.label(prose=False) if lv.runner_up else "-",
             f"{lv.margin_pct:.1f}" if lv.margin_pct is not None else "-",
             # A tie: the widest combined uncertainty the answer is tied within.
             f"{max(b.tie_pct(o) for o in lv.tied_with):.1f}" if lv.tie else "-",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -278,11 +280,13 @@ def show(ctx: Context, name: str, as_json: bool, fmt: str) -> None:
             ],
             title="trials",
         )
+        from autotune.spec.labels import Labels
+
+        names = Labels(t.speculative_config for t in trials)
         for t in trials:
-            label = "baseline" if t.method == "none" else f"{t.method} N={t.num_speculative_tokens}"
             t_table.add_row(
                 str(t.number),
-                label,
+                names(t.speculative_config),
                 t.state,
                 f"{t.engine_start_s:.1f}" if t.engine_start_s is not None else "-",
                 f"{t.engine_seconds:.1f}" if t.engine_seconds is not None else "-",
@@ -401,19 +405,34 @@ def _run(
         quiet_libraries()
     store = ctx.store()
     record = store.get_study(name)
-    summary = api.run_study(
-        store,
-        name,
-        ray_address=ray_address,
-        max_engines=max_engines,
-        max_configs=max_configs,
-        reporter=make_reporter(quiet=quiet, no_progress=no_progress),
-        log_to_driver=verbose,
-        num_gpus=num_gpus,
-        replay_time_scale=replay_time_scale,
-        wait=wait,
-        on_wait=lambda why: click.echo(f"autotune: waiting: {why}", err=True),
-    )
+    try:
+        with stop_on_sigterm() as terminated:
+            summary = api.run_study(
+                store,
+                name,
+                ray_address=ray_address,
+                max_engines=max_engines,
+                max_configs=max_configs,
+                reporter=make_reporter(quiet=quiet, no_progress=no_progress),
+                log_to_driver=verbose,
+                num_gpus=num_gpus,
+                replay_time_scale=replay_time_scale,
+                wait=wait,
+                on_wait=lambda why: click.echo(f"autotune: waiting: {why}", err=True),
+            )
+    except KeyboardInterrupt as exc:
+        # The tuner's cleanup has run: engines stopped, the trial in flight and the study
+        # marked interrupted. Say how to go on, and exit as a signalled process does.
+        db = f"--db {ctx.db} " if ctx.db else ""
+        # Ray may re-raise the interrupt as a plain KeyboardInterrupt: the handler's flag says.
+        sigterm = isinstance(exc, Terminated) or bool(terminated)
+        why = "SIGTERM" if sigterm else "Ctrl-C"
+        click.echo(
+            f"autotune: interrupted ({why}): study {name!r} and its running trials are marked "
+            f"interrupted; go on with: autotune {db}study resume {name}",
+            err=True,
+        )
+        raise click.exceptions.Exit(143 if sigterm else 130) from None
     click.echo(
         f"{summary.trials_run} engine configs measured, {summary.trials_failed} failed, "
         f"{summary.measurements} measurements, {summary.engine_seconds:,.0f} engine-seconds"
@@ -425,6 +444,36 @@ def _run(
         for line in api.next_steps(record):
             # the same store as this run's, or the next command reads another one
             note(line.replace("autotune ", f"autotune --db {ctx.db} ", 1) if ctx.db else line)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM during `study run`: unwinds like Ctrl-C, so the same cleanup runs."""
+
+
+@contextlib.contextmanager
+def stop_on_sigterm() -> Iterator[list[int]]:
+    """Turn SIGTERM (what timeout, Slurm and Kubernetes send) into :class:`Terminated` while
+    the block runs, and note it in the list it yields; the Ray pool keeps this handler over
+    Ray's own (autotune.cluster.ray_pool), which would print a C++ stack dump."""
+    import signal
+    import threading
+
+    received: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield received
+        return
+
+    def raise_terminated(signum: int, frame: Any) -> None:
+        # Once is enough: a second SIGTERM during the cleanup must not cut it short.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        received.append(signum)
+        raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, raise_terminated)
+    try:
+        yield received
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def quiet_libraries() -> None:
