@@ -90,8 +90,9 @@ def create(
 
     \b
     Example:
-      autotune study create studies/tiny-cpu.yaml
       autotune study create --model tiny --workload code --concurrency 1 --concurrency 4
+      # the study files and landscapes shipped in the autotune checkout, run from its root:
+      autotune study create studies/tiny-cpu.yaml
       autotune study create --landscape bench/landscapes/cpu-tiny-llama.csv --name replayed
     """
     from autotune import api
