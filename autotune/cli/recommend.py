@@ -145,8 +145,15 @@ def recommend(
     exits 1 naming the closest. Published starting points carry no latency, so an SLO never
     falls back to them.
 
+    Deployment: without --concurrency the one answer for all levels is followed by a
+    "note: at concurrency C the answer ... loses to ..." line per level where another config
+    beats it outside a tie ("loses_at" in --json). --concurrency between two measured levels is
+    answered from its neighbours (score ratios weighted by distance in log-concurrency,
+    "answered_from_levels" in --json); --traffic weighs the levels by their share of time.
+
     \b
     Example:
+      autotune recommend --model tiny --workload code --traffic 1:0.2,4:0.5,8:0.3
       autotune recommend --model kimi --workload code
       autotune recommend --model tiny --workload code --concurrency 8 --slo-itl-p99 20
       autotune recommend --model tiny --workload code --concurrency 4 --format args

@@ -161,7 +161,7 @@ class Choice:
     def tie_line(self) -> str:
         """The stderr note for a tie (after ``note: ``)."""
         others = ", ".join(
-            f"{o.label()} ({_diff(o.median_tok_s, self.best.median_tok_s)}, within "
+            f"{o.label()} (margin {_diff(self.best.median_tok_s, o.median_tok_s)}, within "
             f"±{self.best.tie_pct(o):.1f}%)"
             for o in self.tied_with
         )
@@ -179,10 +179,12 @@ class Choice:
 
     @property
     def margin_pct(self) -> float | None:
-        """How far the best's score is above the runner-up's, in percent."""
-        if self.runner_up is None or self.runner_up.score_tok_s <= 0:
+        """How far the best's median is above the runner-up's, in percent: the one margin
+        `--explain`'s ``margin %``, the tie note and the low-confidence note all state (negative
+        when a tie answers the preferred config with the lower median)."""
+        if self.runner_up is None or self.runner_up.median_tok_s <= 0:
             return None
-        return 100.0 * (self.best.score_tok_s / self.runner_up.score_tok_s - 1.0)
+        return 100.0 * (self.best.median_tok_s / self.runner_up.median_tok_s - 1.0)
 
     def low_confidence(
         self, max_spread_pct: float, precision_pct: float = DEFAULT_PRECISION_PCT
