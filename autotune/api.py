@@ -20,6 +20,7 @@ from autotune.spec.loader import (
     resolve_study,
     validate,
 )
+from autotune.spec.methods import config_id
 from autotune.spec.study import ReplayEngineSpec, StudySpec, VLLMEngineSpec
 
 if TYPE_CHECKING:
@@ -502,6 +503,36 @@ def low_confidence(
 
 
 @dataclass(frozen=True)
+class Loss:
+    """A level where an answer over several levels loses to that level's own answer."""
+
+    concurrency: int
+    answer: str
+    winner: str
+    winner_config: dict[str, Any] | None
+    loss_pct: float
+    answer_tok_s: float
+    winner_tok_s: float
+
+    def line(self) -> str:
+        """The stderr note (after ``note: ``)."""
+        return (
+            f"at concurrency {self.concurrency} the answer {self.answer} loses to "
+            f"{self.winner} by {self.loss_pct:.1f}% ({self.answer_tok_s:,.1f} vs "
+            f"{self.winner_tok_s:,.1f} tok/s median); answer that level alone with "
+            f"--concurrency {self.concurrency}"
+        )
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "concurrency": self.concurrency,
+            "winner": self.winner,
+            "winner_speculative_config": self.winner_config,
+            "loss_pct": round(self.loss_pct, 3),
+        }
+
+
+@dataclass(frozen=True)
 class Recommendation:
     """What `autotune recommend` answers, with everything `--explain` shows."""
 
@@ -525,31 +556,90 @@ class Recommendation:
     low_confidence_levels: tuple[LowConfidence, ...] = ()
     """Every level of ``per_level`` whose winner's margin is inside the noise or whose winner or
     baseline spread over the study's ``measurement.max_spread_pct`` (``Choice.low_confidence``)."""
+    weights: dict[int, float] | None = None
+    """The measured levels the answer weighs and how much (a traffic mix, or the two
+    neighbours of an unmeasured ``concurrency``); None: ``concurrency`` alone, or every level
+    equally."""
+    traffic: dict[int, float] | None = None
+    """The traffic mix asked for (concurrency -> share of time), normalised."""
 
     @property
     def speculative_config(self) -> dict[str, Any] | None:
         config: dict[str, Any] | None = self.choice.best.speculative_config
         return config
 
+    def _answers(self, concurrency: int) -> bool:
+        """Whether the measured level ``concurrency`` is one the answer draws on."""
+        if self.weights is not None:
+            return self.weights.get(concurrency, 0.0) > 0
+        return self.concurrency is None or concurrency == self.concurrency
+
     @property
     def low_confidence(self) -> tuple[LowConfidence, ...]:
-        """The low-confidence levels of the answer: ``concurrency``'s, else every level's (what
-        `recommend` and `check` note on stderr and `--json` carries)."""
-        return tuple(
-            lc
-            for lc in self.low_confidence_levels
-            if self.concurrency is None or lc.concurrency == self.concurrency
-        )
+        """The low-confidence levels of the answer: ``concurrency``'s (or the levels it is
+        answered from), else every level's (what `recommend` and `check` note on stderr and
+        `--json` carries)."""
+        return tuple(lc for lc in self.low_confidence_levels if self._answers(lc.concurrency))
 
     @property
     def ties(self) -> tuple[Any, ...]:
-        """The tied levels of the answer (``Choice.tie``): ``concurrency``'s, else every
-        level's."""
-        return tuple(
-            c
-            for c in self.per_level
-            if c.tie and (self.concurrency is None or c.concurrency == self.concurrency)
-        )
+        """The tied levels of the answer (``Choice.tie``): ``concurrency``'s (or the levels it
+        is answered from), else every level's."""
+        return tuple(c for c in self.per_level if c.tie and self._answers(c.concurrency))
+
+    @property
+    def interpolated(self) -> bool:
+        """Whether ``concurrency`` was not measured and is answered from its neighbours."""
+        return self.concurrency is not None and self.weights is not None
+
+    def losses(self) -> tuple[Loss, ...]:
+        """The levels the answer draws on where another config beats it outside a tie (only
+        for an answer over several levels: one level's answer is that level's best)."""
+        if self.concurrency is not None and self.weights is None:
+            return ()
+        mine = config_id(self.speculative_config)
+        out = []
+        for lv in self.per_level:
+            if not self._answers(lv.concurrency):
+                continue
+            if any(config_id(t.speculative_config) == mine for t in (lv.best, *lv.tied_with)):
+                continue
+            ours = next(
+                (s for s in (*lv.ranked, *lv.screened) if config_id(s.speculative_config) == mine),
+                None,
+            )
+            if ours is None or lv.best.median_tok_s <= 0:
+                continue
+            out.append(
+                Loss(
+                    concurrency=lv.concurrency,
+                    answer=ours.label(),
+                    winner=lv.best.label(),
+                    winner_config=lv.best.speculative_config,
+                    loss_pct=100.0 * (1.0 - ours.median_tok_s / lv.best.median_tok_s),
+                    answer_tok_s=ours.median_tok_s,
+                    winner_tok_s=lv.best.median_tok_s,
+                )
+            )
+        return tuple(o for o in out if o.loss_pct > 0)
+
+    def answered_from(self) -> str:
+        """The stderr note saying which study (and which levels) answered."""
+        where = ""
+        if self.traffic is not None:
+            mix = ", ".join(f"{c}: {share:.0%}" for c, share in sorted(self.traffic.items()))
+            where = f" for the traffic mix {{{mix}}}"
+        if self.interpolated and self.weights is not None:
+            lo, hi = sorted(self.weights)
+            where = (
+                f" for concurrency {self.concurrency}, which was not measured: from its "
+                f"neighbours {lo} and {hi}, weighted {self.weights[lo]:.2f}/"
+                f"{self.weights[hi]:.2f} by distance in log-concurrency"
+            )
+        elif self.weights is not None:
+            shares = ", ".join(f"{c}: {w:.2f}" for c, w in sorted(self.weights.items()))
+            where += f" (weights on the measured levels {shares})"
+        return f"answered from study {self.study.name!r} (status {self.study.status}){where}"
 
     @property
     def degenerate(self) -> tuple[Any, ...]:
@@ -573,8 +663,16 @@ def recommend(
     concurrency: int | None = None,
     study: str | None = None,
     slo: Any = None,
+    traffic: dict[int, float] | None = None,
 ) -> Recommendation:
     """The measured recommendation for (model, workload[, concurrency]).
+
+    A ``concurrency`` between two measured levels is answered from its two neighbours, each
+    config's score ratio to the level's best weighted by distance in log-concurrency
+    (:func:`autotune.recommend.choose.neighbour_weights`); outside the measured range it raises
+    :class:`NoResultError`. A ``traffic`` mix (concurrency -> share of time, summing to 1)
+    chooses the config with the best weighted geometric mean over the levels, unmeasured
+    levels split over their neighbours the same way.
 
     Answers from the study ``select_study`` picks: finished studies first. Under a latency SLO
     (``slo``, an :class:`autotune.spec.slo.SLO`; else the study's own ``slo:`` block) only the
@@ -582,7 +680,12 @@ def recommend(
     :class:`autotune.recommend.slo.NoConfigMeetsSLO` naming the closest. Each level is judged
     against the study's ``measurement.max_spread_pct`` (``low_confidence_levels``).
     """
-    from autotune.recommend.choose import choose, choose_overall
+    from autotune.recommend.choose import (
+        choose,
+        choose_overall,
+        neighbour_weights,
+        traffic_weights,
+    )
     from autotune.recommend.slo import (
         NoConfigMeetsSLO,
         choose_goodput,
@@ -594,11 +697,20 @@ def recommend(
     sel = select_study(store, model, workload, study)
     record, rows = sel.study, sel.rows
     levels = sorted({r.concurrency for r in rows})
-    if concurrency is not None and concurrency not in levels:
-        raise NoResultError(
-            f"concurrency {concurrency} was not measured for {model}/{workload} "
-            f"(measured: {', '.join(map(str, levels))})"
-        )
+    weights: dict[int, float] | None = None
+    if traffic is not None:
+        try:
+            weights = traffic_weights(traffic, levels)
+        except ValueError as exc:
+            raise NoResultError(f"--traffic for {model}/{workload}: {exc}") from None
+    elif concurrency is not None and concurrency not in levels:
+        weights = neighbour_weights(concurrency, levels)
+        if weights is None:
+            raise NoResultError(
+                f"concurrency {concurrency} lies outside the levels measured for "
+                f"{model}/{workload} ({', '.join(map(str, levels))}); autotune answers "
+                "between measured levels but does not extrapolate"
+            )
     resolved = ResolvedStudy.from_json(record.resolved_json)
     slo = slo if slo else study_slo(resolved.spec, workload)
 
@@ -623,12 +735,12 @@ def recommend(
         except NoConfigMeetsSLO:
             if lv == concurrency:
                 raise
-    if concurrency is not None:
+    if concurrency is not None and weights is None:
         choice = at(concurrency)
     elif slo:
-        choice = choose_overall_slo(rows, workload, levels, slo)
+        choice = choose_overall_slo(rows, workload, levels, slo, weights=weights)
     else:
-        choice = choose_overall(rows, workload, levels)
+        choice = choose_overall(rows, workload, levels, weights=weights)
     if choice is None:
         raise NoResultError(f"no usable measurements for {model}/{workload}")
     # The printed command is the measured one: the engine args stored with the best's trial.
@@ -652,6 +764,8 @@ def recommend(
             resolved.spec.measurement.max_spread_pct,
             resolved.spec.measurement.precision_pct,
         ),
+        weights=weights,
+        traffic=dict(traffic) if traffic is not None else None,
     )
 
 
@@ -741,6 +855,7 @@ def answer(
     study: str | None = None,
     source: str = "any",
     slo: Any = None,
+    traffic: dict[int, float] | None = None,
 ) -> Recommendation | PriorRecommendation:
     """What `autotune recommend` prints: the measured recommendation, else (``source`` "any")
     the published starting point; ``source`` "measured"/"published" asks for one of them only.
@@ -752,6 +867,8 @@ def answer(
         raise SpecError(f"must be one of {', '.join(SOURCES)}", source="--source")
     if source == "published" and study is not None:
         raise SpecError("--study names a measured study; drop it or use --source measured")
+    if source == "published" and traffic is not None:
+        raise SpecError("--traffic weighs measured levels; drop it or use --source measured")
     if source != "published":
         try:
             if store is None:
@@ -761,10 +878,12 @@ def answer(
                     "create / autotune study run)"
                 )
             opened = store() if callable(store) else store
-            return recommend(opened, model, workload, concurrency, study=study, slo=slo)
+            return recommend(
+                opened, model, workload, concurrency, study=study, slo=slo, traffic=traffic
+            )
         except NoResultError as exc:
-            # A published result says nothing of latency: no fallback under an SLO.
-            if source == "measured" or study is not None or slo:
+            # A published result says nothing of latency or of a traffic mix: no fallback.
+            if source == "measured" or study is not None or slo or traffic:
                 raise
             measured_error: NoResultError | None = exc
     else:

@@ -130,6 +130,7 @@ def to_rich(table: TextTable) -> Any:
     """A rich Table: number and id columns ``no_wrap`` at full width, text columns fold."""
     from rich import box
     from rich.table import Table
+    from rich.text import Text
 
     shown = table._shown()
     out = Table(
@@ -156,5 +157,6 @@ def to_rich(table: TextTable) -> Any:
     for i, (row, style) in enumerate(zip(shown, table.styles, strict=True)):
         if i in starts:
             out.add_section()
-        out.add_row(*row, style=style)
+        # Cells are text, not markup: a config name such as ``ngram[min=3,max=5]`` must show.
+        out.add_row(*(Text(c) for c in row), style=style)
     return out

@@ -42,10 +42,12 @@ def cli(ctx: click.Context, db: str | None) -> None:
     actors, one per GPU group), stores every measurement, and prints the recommended
     --speculative-config.
 
+    --db may also follow the command (autotune study list --db URL).
+
     \b
     Example:
-      autotune study create studies/tiny-cpu.yaml
-      autotune study run tiny-cpu
+      autotune study create --model tiny --workload code --name tiny-code
+      autotune study run tiny-code
       autotune recommend --model tiny --workload code
     """
     ctx.obj = Context(db=db)
@@ -61,6 +63,33 @@ cli.add_command(check)
 cli.add_command(bench)
 cli.add_command(verify)
 cli.add_command(observe)
+
+
+def _set_db(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    if value is not None:
+        ctx.ensure_object(Context).db = value
+
+
+def _db_after_every_command(group: click.Group) -> None:
+    """``--db`` after the command too (``autotune study list --db URL``): the same store
+    option as the group's, setting the same context value."""
+    for command in group.commands.values():
+        if isinstance(command, click.Group):
+            _db_after_every_command(command)
+        elif not any("--db" in p.opts for p in command.params):
+            command.params.append(
+                click.Option(
+                    ["--db"],
+                    metavar="URL",
+                    expose_value=False,
+                    is_eager=True,
+                    callback=_set_db,
+                    help="The study store, as `autotune --db URL` before the command.",
+                )
+            )
+
+
+_db_after_every_command(cli)
 
 
 def main(argv: list[str] | None = None) -> None:

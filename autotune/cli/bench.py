@@ -17,6 +17,7 @@ def bench() -> None:
 
     \b
     Example:
+      # from the root of the autotune checkout, which ships the landscapes:
       autotune bench search --landscape bench/landscapes/synthetic-qwen27b-dense.csv
     """
 
@@ -80,6 +81,7 @@ def search(
 
     \b
     Example:
+      # from the root of the autotune checkout, which ships the landscapes:
       autotune bench search --landscape bench/landscapes/synthetic-qwen27b-dense.csv \\
           --strategy model --strategy grid --strategy tpe --seeds 3
       autotune bench search --landscape L.csv --tolerance 3 --json

@@ -40,6 +40,11 @@ from autotune.cli._common import Context, note, output_path, pass_ctx
     "greedy responses (up to the study's max_tokens) as the assistant turns.",
 )
 @click.option(
+    "--force",
+    is_flag=True,
+    help="With --landscape: overwrite an existing --output file without asking.",
+)
+@click.option(
     "-o",
     "--output",
     required=True,
@@ -54,12 +59,15 @@ def export(
     speculators_study: str | None,
     workload: str | None,
     with_responses: bool,
+    force: bool,
     output: Path,
 ) -> None:
     """Write a study's measurements as a landscape CSV, or its prompts as training data.
 
     --landscape: the CSV (format: docs/landscapes.md) replays through the `replay` engine:
     `autotune study create --landscape FILE` and `autotune bench search --landscape FILE`.
+    An existing file is overwritten only after a yes on a terminal, or with --force (off a
+    terminal it is refused, exit 2).
 
     --speculators-data: for a model with no draft, or a draft that accepts little, train one
     with vLLM Speculators on the target's own outputs. The directory gets prompts.jsonl (the
@@ -71,7 +79,8 @@ def export(
 
     \b
     Example:
-      autotune export --landscape tiny-cpu -o bench/landscapes/tiny-cpu.csv
+      autotune export --landscape tiny-cpu -o tiny-cpu.csv
+      autotune export --landscape tiny-cpu -o tiny-cpu.csv --force
       autotune export --speculators-data tiny-cpu --workload code -o data --with-responses
     """
     from autotune import api
@@ -83,6 +92,14 @@ def export(
         if workload is not None or with_responses:
             raise SpecError("--workload and --with-responses go with --speculators-data only")
         assert study is not None
+        if output.exists() and not force:
+            import sys
+
+            if not sys.stdin.isatty():
+                raise SpecError(
+                    "exists; pass --force to overwrite it (nothing written)", source=str(output)
+                )
+            click.confirm(f"{output} exists; overwrite it?", abort=True, err=True)
         n = api.export_landscape(ctx.store(), study, output)
         note(f"wrote {n} rows to {output}")
         return

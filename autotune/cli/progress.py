@@ -17,6 +17,7 @@ from typing import Any, TextIO
 
 from autotune.engine._base import EngineConfig, Measurement
 from autotune.search.tuner import SilentReporter
+from autotune.spec.labels import PLAIN, Labels
 
 
 def _plural(n: int, word: str) -> str:
@@ -35,6 +36,8 @@ class QuietReporter(SilentReporter):
 
     unit = "tok/s"
     """The trial value's unit; the tuner sets it from the study's objective."""
+    labels: Labels = PLAIN
+    """The study's config names (autotune.spec.labels); the tuner sets them from its space."""
 
 
 class LineReporter(QuietReporter):
@@ -63,7 +66,7 @@ class LineReporter(QuietReporter):
     ) -> None:
         self.done += 1
         text = f"[{self.done}/{max(self.total, self.done)}] " + _finished_text(
-            config.label(), value, reason, self.unit
+            config.label(self.labels), value, reason, self.unit
         )
         if best:
             text += f"; best so far {best}"
@@ -91,7 +94,7 @@ class RichReporter(QuietReporter):
             TimeElapsedColumn(),
             TextColumn("ETA"),
             TimeRemainingColumn(),
-            TextColumn("{task.fields[status]}"),
+            TextColumn("{task.fields[status]}", markup=False),
             console=console,
             transient=False,
         )
@@ -122,7 +125,7 @@ class RichReporter(QuietReporter):
         return " | ".join(parts)
 
     def trial_started(self, config: EngineConfig) -> None:
-        self.current.append(config.label())
+        self.current.append(config.label(self.labels))
         self.measurements = 0
         self.progress.update(self.task, status=self._status())
 
@@ -133,7 +136,7 @@ class RichReporter(QuietReporter):
     def trial_finished(
         self, config: EngineConfig, value: float | None, reason: str | None, best: str | None
     ) -> None:
-        label = config.label()
+        label = config.label(self.labels)
         if label in self.current:
             self.current.remove(label)
         self.best = best

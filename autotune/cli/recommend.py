@@ -4,6 +4,7 @@ published starting point when nothing is measured. Parses, calls ``api.answer``,
 from __future__ import annotations
 
 import json
+import math
 import shlex
 from typing import Any
 
@@ -43,6 +44,14 @@ FORMATS = ("json", "args", "yaml", "dsd")
     "(context_lengths) at or above L, else the largest; a note on stderr says which "
     "[default: the workload as measured; with only buckets measured, --format dsd prints one "
     "table per bucket].",
+)
+@click.option(
+    "--traffic",
+    default=None,
+    metavar="C:SHARE,...",
+    help="Answer for a traffic mix: shares of time at each concurrency, e.g. 1:0.2,8:0.5,32:0.3 "
+    "(the config with the best share-weighted geometric mean of speedups; a level between "
+    "measured ones is answered from its neighbours).",
 )
 @click.option(
     "--study",
@@ -110,6 +119,7 @@ def recommend(
     workload: str,
     concurrency: int | None,
     context: int | None,
+    traffic: str | None,
     study_name: str | None,
     fmt: str,
     explain: bool,
@@ -164,8 +174,15 @@ def recommend(
     exits 1 naming the closest. Published starting points carry no latency, so an SLO never
     falls back to them.
 
+    Deployment: without --concurrency the one answer for all levels is followed by a
+    "note: at concurrency C the answer ... loses to ..." line per level where another config
+    beats it outside a tie ("loses_at" in --json). --concurrency between two measured levels is
+    answered from its neighbours (score ratios weighted by distance in log-concurrency,
+    "answered_from_levels" in --json); --traffic weighs the levels by their share of time.
+
     \b
     Example:
+      autotune recommend --model tiny --workload code --traffic 1:0.2,4:0.5,8:0.3
       autotune recommend --model kimi --workload code
       autotune recommend --model tiny --workload code --concurrency 8 --slo-itl-p99 20
       autotune recommend --model tiny --workload code --concurrency 4 --format args
@@ -192,6 +209,11 @@ def recommend(
         if found and api.per_context_only(ctx.store(), model, workload, study_name):
             _print_context_dsd(ctx, model, found, concurrency, study_name, slo, as_json)
             return
+    mix, normalised = (None, None) if traffic is None else parse_traffic(traffic)
+    if mix is not None and concurrency is not None:
+        raise SpecError("give --traffic or --concurrency, not both", source="--traffic")
+    if normalised:
+        click.echo(f"note: {normalised}", err=True)
     try:
         answer = api.answer(
             None if missing else ctx.store,
@@ -201,6 +223,7 @@ def recommend(
             study=study_name,
             source=source,
             slo=slo or None,
+            traffic=mix,
         )
     except NoResultError:
         # Measured per context-length bucket only: say so rather than "nothing measured".
@@ -216,7 +239,9 @@ def recommend(
         return
     rec = answer
     lines = (
+        rec.answered_from(),
         *rec.notes,
+        *(loss.line() for loss in rec.losses()),
         *(lc.line() for lc in rec.low_confidence),
         *(t.tie_line() for t in rec.ties),
         *(c.degenerate_line() for c in rec.degenerate),
@@ -288,16 +313,30 @@ def _measured_json(rec: Any, shown: Any) -> dict[str, Any]:
     from autotune.spec.context import split_bucket
 
     cov = rec.coverage
+    speedup = rec.choice.speedup
     return {
         "source": "measured",
         "speculative_config": shown,
+        "config": rec.choice.best.label(),
         "study": rec.study.name,
         "workload": rec.workload,
         "context_length": split_bucket(rec.workload)[1],
         "status": rec.study.status,
+        "concurrency": rec.concurrency,
+        "answered_from_levels": (
+            {str(c): round(w, 4) for c, w in sorted(rec.weights.items())}
+            if rec.weights is not None
+            else None
+        ),
+        "traffic": (
+            {str(c): round(w, 6) for c, w in sorted(rec.traffic.items())}
+            if rec.traffic is not None
+            else None
+        ),
         "configs_measured": cov.measured if cov else None,
         "configs_planned": cov.planned if cov else None,
-        "speedup": rec.choice.speedup,
+        "speedup_vs_off": _sig(speedup),
+        "loses_at": [loss.as_json() for loss in rec.losses()],
         "notes": list(rec.notes),
         "low_confidence": [lc.as_json() for lc in rec.low_confidence],
         "tie": bool(rec.ties),
@@ -306,8 +345,8 @@ def _measured_json(rec: Any, shown: Any) -> dict[str, Any]:
                 "concurrency": t.concurrency,
                 "config": o.label(),
                 "speculative_config": o.speculative_config,
-                "diff_pct": 100.0 * (o.median_tok_s / t.best.median_tok_s - 1.0),
-                "within_pct": t.best.tie_pct(o),
+                "diff_pct": round(100.0 * (o.median_tok_s / t.best.median_tok_s - 1.0), 3),
+                "within_pct": round(t.best.tie_pct(o), 3),
             }
             for t in rec.ties
             for o in t.tied_with
@@ -325,12 +364,48 @@ def _measured_json(rec: Any, shown: Any) -> dict[str, Any]:
             if rec.concurrency is None or c.concurrency == rec.concurrency
         ],
         "baseline_drift": [
-            {"concurrency": c.concurrency, "drift_pct": c.drift_pct}
+            {"concurrency": c.concurrency, "drift_pct": round(c.drift_pct, 3)}
             for c in rec.per_level
-            if c.drift_pct is not None
-            and (rec.concurrency is None or c.concurrency == rec.concurrency)
+            if c.drift_pct is not None and rec._answers(c.concurrency)
         ],
     }
+
+
+def _sig(value: float | None, digits: int = 4) -> float | None:
+    """``value`` to ``digits`` significant digits (1.080695528 -> 1.081)."""
+    return None if value is None else float(f"{value:.{digits}g}")
+
+
+def parse_traffic(text: str) -> tuple[dict[int, float], str | None]:
+    """``1:0.2,8:0.5,32:0.3`` as {concurrency: share}; shares that do not sum to 1 (within
+    1e-6) are normalised, with the note saying so as the second value. Raises SpecError (exit
+    2, one line) on anything else."""
+    from autotune.errors import SpecError
+
+    mix: dict[int, float] = {}
+    for item in text.split(","):
+        level, sep, share = item.strip().partition(":")
+        try:
+            c, w = int(level), float(share)
+        except ValueError:
+            c, w = 0, float("nan")
+        if not sep or c < 1 or not math.isfinite(w) or w <= 0:
+            raise SpecError(
+                f"{item.strip()!r} is not CONCURRENCY:SHARE with a whole concurrency >= 1 and "
+                "a share > 0 (e.g. 1:0.2,8:0.5,32:0.3)",
+                source="--traffic",
+            )
+        if c in mix:
+            raise SpecError(f"concurrency {c} is given twice", source="--traffic")
+        mix[c] = w
+    total = sum(mix.values())
+    if abs(total - 1.0) <= 1e-6:
+        return mix, None
+    normalised = {c: w / total for c, w in mix.items()}
+    return normalised, (
+        f"--traffic shares sum to {total:g}, not 1: normalised to "
+        + ",".join(f"{c}:{w:.4g}" for c, w in normalised.items())
+    )
 
 
 def _print_prior(prior: Any, fmt: str, explain: bool, as_json: bool) -> None:
@@ -380,14 +455,20 @@ def _explain(rec: Any) -> None:
     con = console(stderr=True)
     c = rec.choice
     best = c.best
-    where = (
-        f"concurrency {rec.concurrency}" if rec.concurrency else "all measured concurrency levels"
-    )
+    if rec.traffic is not None:
+        where = "the traffic mix " + ",".join(f"{c}:{w:.3g}" for c, w in rec.traffic.items())
+    elif rec.interpolated:
+        lo, hi = sorted(rec.weights)
+        where = f"concurrency {rec.concurrency} (from its measured neighbours {lo} and {hi})"
+    elif rec.concurrency:
+        where = f"concurrency {rec.concurrency}"
+    else:
+        where = "all measured concurrency levels"
     con.print(
         f"\n[bold]{rec.model_alias or rec.model}[/bold] / {rec.workload} at {where} "
         f"(study {rec.study.name})"
     )
-    con.print(f"recommended  {best.label()}")
+    con.print(f"recommended  {best.label()}", markup=False)
     if rec.coverage is not None:
         cov = rec.coverage
         con.print(
@@ -414,13 +495,13 @@ def _explain(rec: Any) -> None:
         b = lv.best
         table.add_row(
             str(lv.concurrency),
-            b.label(),
+            b.label(prose=False),
             f"{b.median_tok_s:,.1f}",
             f"{lv.speedup:.2f}x" if lv.speedup else "-",
             f"{b.mean_acceptance_length:.2f}" if b.mean_acceptance_length else "-",
             str(b.repeats),
             f"{b.spread_pct:.1f}",
-            lv.runner_up.label() if lv.runner_up else "-",
+            lv.runner_up.label(prose=False) if lv.runner_up else "-",
             f"{lv.margin_pct:.1f}" if lv.margin_pct is not None else "-",
             # A tie: the widest combined uncertainty the answer is tied within.
             f"{max(b.tie_pct(o) for o in lv.tied_with):.1f}" if lv.tie else "-",

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import shlex
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -96,8 +98,9 @@ def create(
 
     \b
     Example:
-      autotune study create studies/tiny-cpu.yaml
       autotune study create --model tiny --workload code --concurrency 1 --concurrency 4
+      # the study files and landscapes shipped in the autotune checkout, run from its root:
+      autotune study create studies/tiny-cpu.yaml
       autotune study create --landscape bench/landscapes/cpu-tiny-llama.csv --name replayed
     """
     from autotune import api
@@ -291,11 +294,13 @@ def show(ctx: Context, name: str, as_json: bool, fmt: str) -> None:
             ],
             title="trials",
         )
+        from autotune.spec.labels import Labels
+
+        names = Labels(t.speculative_config for t in trials)
         for t in trials:
-            label = "baseline" if t.method == "none" else f"{t.method} N={t.num_speculative_tokens}"
             t_table.add_row(
                 str(t.number),
-                label,
+                names(t.speculative_config),
                 t.state,
                 f"{t.engine_start_s:.1f}" if t.engine_start_s is not None else "-",
                 f"{t.engine_seconds:.1f}" if t.engine_seconds is not None else "-",
@@ -436,20 +441,35 @@ def _run(
     check_ray_address(ray_address)  # one line within seconds, not Ray's endless retries
     store = ctx.store()
     record = store.get_study(name)
-    summary = api.run_study(
-        store,
-        name,
-        ray_address=ray_address,
-        max_engines=max_engines,
-        max_configs=max_configs,
-        reporter=make_reporter(quiet=quiet, no_progress=no_progress),
-        log_to_driver=verbose,
-        num_gpus=num_gpus,
-        replay_time_scale=replay_time_scale,
-        wait=wait,
-        on_wait=lambda why: click.echo(f"autotune: waiting: {why}", err=True),
-        lease_ttl_s=lease_ttl,
-    )
+    try:
+        with stop_on_sigterm() as terminated:
+            summary = api.run_study(
+                store,
+                name,
+                ray_address=ray_address,
+                max_engines=max_engines,
+                max_configs=max_configs,
+                reporter=make_reporter(quiet=quiet, no_progress=no_progress),
+                log_to_driver=verbose,
+                num_gpus=num_gpus,
+                replay_time_scale=replay_time_scale,
+                wait=wait,
+                on_wait=lambda why: click.echo(f"autotune: waiting: {why}", err=True),
+                lease_ttl_s=lease_ttl,
+            )
+    except KeyboardInterrupt as exc:
+        # The tuner's cleanup has run: engines stopped, the trial in flight and the study
+        # marked interrupted. Say how to go on, and exit as a signalled process does.
+        db = f"--db {shlex.quote(store.shown_url)} " if ctx.db else ""  # password masked
+        # Ray may re-raise the interrupt as a plain KeyboardInterrupt: the handler's flag says.
+        sigterm = isinstance(exc, Terminated) or bool(terminated)
+        why = "SIGTERM" if sigterm else "Ctrl-C"
+        click.echo(
+            f"autotune: interrupted ({why}): study {name!r} and its running trials are marked "
+            f"interrupted; go on with: autotune {db}study resume {shlex.quote(name)}",
+            err=True,
+        )
+        raise click.exceptions.Exit(143 if sigterm else 130) from None
     click.echo(
         f"{summary.trials_run} engine configs measured, {summary.trials_failed} failed, "
         f"{summary.measurements} measurements, {summary.engine_seconds:,.0f} engine-seconds"
@@ -472,6 +492,36 @@ def _run(
             # (its password masked: the user has it, the terminal's scrollback need not)
             shown = shlex.quote(store.shown_url) if ctx.db else None
             note(line.replace("autotune ", f"autotune --db {shown} ", 1) if shown else line)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM during `study run`: unwinds like Ctrl-C, so the same cleanup runs."""
+
+
+@contextlib.contextmanager
+def stop_on_sigterm() -> Iterator[list[int]]:
+    """Turn SIGTERM (what timeout, Slurm and Kubernetes send) into :class:`Terminated` while
+    the block runs, and note it in the list it yields; the Ray pool keeps this handler over
+    Ray's own (autotune.cluster.ray_pool), which would print a C++ stack dump."""
+    import signal
+    import threading
+
+    received: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield received
+        return
+
+    def raise_terminated(signum: int, frame: Any) -> None:
+        # Once is enough: a second SIGTERM during the cleanup must not cut it short.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        received.append(signum)
+        raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, raise_terminated)
+    try:
+        yield received
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def quiet_libraries() -> None:

@@ -31,6 +31,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import signal
+import threading
 import time
 from collections import deque
 from collections.abc import Sequence
@@ -159,7 +161,13 @@ class RayPool:
                 init["resources"] = {CPU_RESOURCE: max_engines or 1}
                 if num_gpus is not None:
                     init["num_gpus"] = num_gpus
+            previous = _sigterm_handler()
             ray.init(**init)
+            # ray.init replaces the driver's SIGTERM handler (with sys.exit, after its core
+            # worker's, which prints a C++ stack dump): give back the one the driver had, so
+            # `study run` stops cleanly on SIGTERM (timeout, Slurm, Kubernetes).
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
         self.engine_kind = engine_kind
         self.engine_options = engine_options or {}
         self.tp = tensor_parallel_size
@@ -233,7 +241,7 @@ class RayPool:
         return events
 
     def shutdown(self) -> None:
-        for run in self._running.values():
+        for run in list(self._running.values()):
             self._release(run, keep=False)
         for actor, _ in self._idle:
             with contextlib.suppress(Exception):
@@ -420,3 +428,10 @@ def _libiomp5() -> str | None:
 
     candidate = Path(sys.prefix) / "lib" / "libiomp5.so"
     return str(candidate) if candidate.exists() else None
+
+
+def _sigterm_handler() -> Any:
+    """The process's SIGTERM handler, or None off the main thread (where none can be set)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.getsignal(signal.SIGTERM)

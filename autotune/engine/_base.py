@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from autotune.spec.labels import PLAIN, Labels
 from autotune.spec.methods import BASELINE, speculative_config
 
 
@@ -53,11 +54,11 @@ class EngineConfig:
         blob = json.dumps(payload, sort_keys=True, default=str).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
 
-    def label(self) -> str:
-        """Short human label, e.g. ``eagle3 N=4`` or ``baseline``."""
-        if self.is_baseline:
-            return "baseline"
-        return f"{self.method} N={self.num_speculative_tokens}"
+    def label(self, labels: Labels | None = None) -> str:
+        """The config's name in prose (autotune.spec.labels), e.g. ``eagle3 N=4``,
+        ``ngram[min=3,max=5] N=3`` when ``labels`` tells knob variants apart, or ``off (no
+        speculation)``."""
+        return (labels or PLAIN)(self.speculative_config(), prose=True)
 
 
 ChatMessage = tuple[str, str]

@@ -1,7 +1,9 @@
 """The ``replay`` backend: serves a recorded landscape as if it were engines.
 
 Starting a config costs its recorded ``engine_start_s``; a measurement costs its recorded
-``measure_s`` and returns one recorded repeat, chosen with a seeded RNG. By default no time
+``measure_s`` and returns one recorded repeat, without replacement: each config cycles through a
+seeded permutation of a cell's recorded repeats (a fresh permutation each cycle), so k replayed
+repeats of a cell recorded k times are exactly the recorded ones and show the recorded spread. By default no time
 passes: the costs are reported, and the tuner's engine-second accounting adds them up. With
 ``time_scale`` the engine also sleeps for the recorded times multiplied by it (e.g. 0.001), so
 several replay engines in a Ray pool overlap in wall time the way real engines would: the scale
@@ -61,7 +63,11 @@ class ReplayEngine(Engine):
         for p in self.points:
             self._by_config[p.config].append(p)
         self._current: Config | None = None
-        self._rng = random.Random(seed)
+        self._key = ""
+        self._cycles: dict[tuple[str, str, int], tuple[random.Random, list[LandscapePoint]]] = {}
+        """(config key, workload, concurrency) -> the cell's RNG and the repeats left in its
+        current permutation; kept across engine starts, so a config started again (the drift
+        check's second baseline) continues its cycle."""
 
     def workload_digest(self, workload: str) -> str:
         return f"landscape:{self.digest}:{workload}"
@@ -77,9 +83,7 @@ class ReplayEngine(Engine):
                 f"(draft {config.draft}{with_knobs})"
             )
         self._current = key
-        # Each config draws its own repeats: one shared stream would give every config the same
-        # repeat indices, hence the same spread.
-        self._rng = random.Random(f"{self.seed}:{config.key()}")
+        self._key = config.key()
         start_s = statistics.median(p.engine_start_s for p in rows)
         self._sleep(start_s)
         return EngineInfo(
@@ -94,7 +98,7 @@ class ReplayEngine(Engine):
         for m in measured:  # the draws an uninterrupted engine made for these cells
             rows = self._rows(m.workload, m.concurrency)
             if rows:
-                self._rng.choice(rows)
+                self._draw(m.workload, m.concurrency, rows)
 
     def _rows(self, workload: str, concurrency: int) -> list[LandscapePoint]:
         assert self._current is not None
@@ -120,7 +124,7 @@ class ReplayEngine(Engine):
                 f"the landscape has no {workload.name} at concurrency {concurrency} for "
                 f"{self._current[0]} N={self._current[2]}"
             )
-        p = self._rng.choice(rows)
+        p = self._draw(workload.name, concurrency, rows)
         self._sleep(p.measure_s)
         accepted = tuple(round(a * REPLAY_DRAFTS) for a in p.acceptance_per_pos)
         drafts = REPLAY_DRAFTS if p.acceptance_per_pos else 0
@@ -146,6 +150,20 @@ class ReplayEngine(Engine):
             ttft_ms_p99=p.ttft_ms_p99,
             itl_ms_p99=p.itl_ms_p99,
         )
+
+    def _draw(self, workload: str, concurrency: int, rows: list[LandscapePoint]) -> LandscapePoint:
+        """The next recorded repeat of the cell in the config's current permutation. Each
+        config has its own seeded stream: one shared stream would give every config the same
+        repeat order."""
+        cell = (self._key, workload, concurrency)
+        if cell not in self._cycles:
+            rng = random.Random(f"{self.seed}:{self._key}:{workload}:{concurrency}")
+            self._cycles[cell] = (rng, [])
+        rng, left = self._cycles[cell]
+        if not left:
+            left.extend(sorted(rows, key=lambda r: r.repeat))
+            rng.shuffle(left)
+        return left.pop()
 
     def stop(self) -> None:
         self._current = None

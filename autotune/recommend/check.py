@@ -15,6 +15,7 @@ from typing import Any
 from autotune.errors import AutotuneError, SpecError
 from autotune.recommend.choose import Choice, ConfigScore
 from autotune.recommend.render import speculative_json
+from autotune.spec.labels import PLAIN, Labels
 
 DEFAULT_TOLERANCE_PCT = 1.0
 REPLAY_PREFIX = "replay:"
@@ -72,10 +73,17 @@ def _key(config: Mapping[str, Any] | None) -> str:
     return key(config)
 
 
-def label(config: Mapping[str, Any] | None) -> str:
+def label(config: Mapping[str, Any] | None, labels: Labels = PLAIN) -> str:
+    """The config's name in prose (autotune.spec.labels), ``off (no speculation)`` for none."""
+    return labels(config, prose=True)
+
+
+def deploy_words(config: Mapping[str, Any] | None) -> str:
+    """What to do to deploy ``config``: ``deploy {json}``, or for no speculation ``run without
+    --speculative-config``."""
     if not config:
-        return "off (no speculation)"
-    return f"{config.get('method', '?')} N={config.get('num_speculative_tokens', '?')}"
+        return "run without --speculative-config"
+    return f"deploy {speculative_json(config)}"
 
 
 def find(choice: Choice, config: Mapping[str, Any] | None) -> ConfigScore | None:
@@ -164,10 +172,11 @@ def check(
         nearest = differences(deployed, [s.speculative_config for s in choice.ranked])
         return CheckResult(
             False,
-            f"the deployed config {label(deployed)} ({speculative_json(deployed)}) was never "
-            f"measured {where} in study {study!r}"
+            f"the deployed config {label(deployed, best.labels)} ({speculative_json(deployed)}) "
+            f"was never measured {where} in study {study!r}"
             + (f" ({nearest})" if nearest else "")
-            + f"; the recommended config is {speculative_json(best.speculative_config)}",
+            + f"; the recommended config is {best.label()}: "
+            + deploy_words(best.speculative_config),
             best,
             None,
             None,
@@ -203,8 +212,8 @@ def check(
     return CheckResult(
         False,
         f"the deployed config {score.label()} is {gap:.1f}% below the recommended "
-        f"{best.label()} {where} (tolerance {tolerance_pct:g}%; {numbers}); deploy "
-        f"{speculative_json(best.speculative_config)}",
+        f"{best.label()} {where} (tolerance {tolerance_pct:g}%; {numbers}); "
+        + deploy_words(best.speculative_config),
         best,
         score,
         gap,

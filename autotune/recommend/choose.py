@@ -42,10 +42,11 @@ from __future__ import annotations
 import math
 import statistics
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from autotune.spec.labels import PLAIN, Labels
 from autotune.spec.methods import config_id
 
 if TYPE_CHECKING:
@@ -82,6 +83,8 @@ class ConfigScore:
     loop_share: float | None = None
     """Mean over its repeats of the share of replies that ended in a repeating loop (the
     degeneracy guard, :mod:`autotune.engine.degeneracy`); None: not checked."""
+    labels: Labels = field(default=PLAIN, compare=False, repr=False)
+    """The names of the configs this one is shown with (autotune.spec.labels)."""
 
     @property
     def is_baseline(self) -> bool:
@@ -98,10 +101,10 @@ class ConfigScore:
     def repeats(self) -> int:
         return len(self.throughputs)
 
-    def label(self) -> str:
-        if self.is_baseline:
-            return "off (no speculation)"
-        return f"{self.method} N={self.num_speculative_tokens}"
+    def label(self, prose: bool = True) -> str:
+        """The config's name (autotune.spec.labels): ``off (no speculation)`` in prose,
+        ``off`` in tables (``prose=False``)."""
+        return self.labels(self.speculative_config, prose=prose)
 
     def noisy(self, max_spread_pct: float) -> bool:
         """Whether the repeats spread more than ``max_spread_pct`` (the study's
@@ -198,7 +201,7 @@ class Choice:
     def tie_line(self) -> str:
         """The stderr note for a tie (after ``note: ``)."""
         others = ", ".join(
-            f"{o.label()} ({_diff(o.median_tok_s, self.best.median_tok_s)}, within "
+            f"{o.label()} (margin {_diff(self.best.median_tok_s, o.median_tok_s)}, within "
             f"±{self.best.tie_pct(o):.1f}%)"
             for o in self.tied_with
         )
@@ -216,10 +219,12 @@ class Choice:
 
     @property
     def margin_pct(self) -> float | None:
-        """How far the best's score is above the runner-up's, in percent."""
-        if self.runner_up is None or self.runner_up.score_tok_s <= 0:
+        """How far the best's median is above the runner-up's, in percent: the one margin
+        `--explain`'s ``margin %``, the tie note and the low-confidence note all state (negative
+        when a tie answers the preferred config with the lower median)."""
+        if self.runner_up is None or self.runner_up.median_tok_s <= 0:
             return None
-        return 100.0 * (self.best.score_tok_s / self.runner_up.score_tok_s - 1.0)
+        return 100.0 * (self.best.median_tok_s / self.runner_up.median_tok_s - 1.0)
 
     def low_confidence(
         self, max_spread_pct: float, precision_pct: float = DEFAULT_PRECISION_PCT
@@ -307,8 +312,15 @@ def _pct(part: float, whole: float) -> str:
     return f"{100.0 * part / whole:.1f}%" if whole > 0 else "-"
 
 
-def score(rows: Sequence[MeasuredRow]) -> ConfigScore:
-    """Robust statistics of one config's repeats (``rows`` share a config and cell)."""
+def labels_of(rows: Iterable[MeasuredRow]) -> Labels:
+    """The names of the configs measured in ``rows`` (knob variants told apart)."""
+    configs = {config_id(r.speculative_config): r.speculative_config for r in rows}
+    return Labels(configs.values())
+
+
+def score(rows: Sequence[MeasuredRow], labels: Labels = PLAIN) -> ConfigScore:
+    """Robust statistics of one config's repeats (``rows`` share a config and cell), named by
+    ``labels``."""
     tput = [r.output_throughput_tok_s for r in rows]
     med = statistics.median(tput)
     mad = statistics.median(abs(t - med) for t in tput)
@@ -336,6 +348,7 @@ def score(rows: Sequence[MeasuredRow]) -> ConfigScore:
         mean_acceptance_length=(1.0 + accepted / drafts) if drafts else None,
         acceptance_per_pos=tuple(a / drafts for a in per_pos) if drafts else (),
         loop_share=statistics.fmean(loops) if loops else None,
+        labels=labels,
     )
 
 
@@ -420,7 +433,8 @@ def choose(
     groups: dict[str, list[MeasuredRow]] = defaultdict(list)
     for r in cell:
         groups[config_id(r.speculative_config)].append(r)
-    scores, screened = screen(score(g) for g in groups.values())
+    names = labels_of(rows)
+    scores, screened = screen(score(g, names) for g in groups.values())
     # A statistical tie with the top-scored config joins the 1% tie group: the preference
     # (off, then smaller N) picks among them.
     ranked = rank(scores, tie_pct, statistical)
@@ -520,16 +534,28 @@ def choose_overall(
     workload: str,
     concurrencies: Sequence[int],
     tie_pct: float = DEFAULT_TIE_PCT,
+    weights: Mapping[int, float] | None = None,
 ) -> Choice | None:
     """One config for every concurrency level at once: the config measured at all levels (a
     screening run counts: it is a real measurement of a config that loses there) whose
-    geometric mean of (score / that level's best score) is highest, with the same tie rule."""
+    geometric mean of (score / that level's best score) is highest, with the same tie rule.
+
+    ``weights`` (level -> weight > 0; the levels not in it are left out) makes it a weighted
+    geometric mean: a traffic mix's shares of time, or the log-concurrency interpolation
+    between two measured neighbours (:func:`neighbour_weights`)."""
+    if weights is not None:
+        concurrencies = [c for c in concurrencies if weights.get(c, 0.0) > 0]
     per_level = [choose(rows, workload, c, tie_pct) for c in concurrencies]
     levels = [c for c in per_level if c is not None]
     if not levels:
         return None
     if len(levels) == 1:
         return levels[0]
+    w = [1.0 if weights is None else weights[lv.concurrency] for lv in levels]
+
+    def geo(values: Sequence[float]) -> float:
+        return math.exp(sum(wi * math.log(v) for wi, v in zip(w, values, strict=True)) / sum(w))
+
     common: dict[str, list[ConfigScore]] = defaultdict(list)
     for level in levels:
         top = level.ranked[0].score_tok_s if level.ranked else 0.0
@@ -547,9 +573,8 @@ def choose_overall(
             max(s.score_tok_s, 1e-9) / max(level.ranked[0].score_tok_s, 1e-9)
             for s, level in zip(group, levels, strict=True)
         ]
-        geo = statistics.geometric_mean(ratios)
         # Carry the geomean as the score so rank() applies the tie rule to it.
-        candidates.append((group, geo))
+        candidates.append((group, geo(ratios)))
     if not candidates:
         return None
     proxies = [
@@ -560,14 +585,15 @@ def choose_overall(
             speculative_config=g[0].speculative_config,
             trial_ids=tuple(sorted({t for s in g for t in s.trial_ids})),
             throughputs=tuple(t for s in g for t in s.throughputs),
-            median_tok_s=statistics.geometric_mean([max(s.median_tok_s, 1e-9) for s in g]),
+            median_tok_s=geo([max(s.median_tok_s, 1e-9) for s in g]),
             mad_tok_s=0.0,
-            score_tok_s=geo,
+            score_tok_s=g_score,
             spread_pct=max(s.spread_pct for s in g),
             mean_acceptance_length=g[0].mean_acceptance_length,
             acceptance_per_pos=g[0].acceptance_per_pos,
+            labels=g[0].labels,
         )
-        for g, geo in candidates
+        for g, g_score in candidates
     ]
     # The proxies pool every level's repeats: no statistical tie between them.
     ranked = rank(proxies, tie_pct, statistical=False)
@@ -583,3 +609,38 @@ def choose_overall(
         tied=tuple(s for s in ranked if s.score_tok_s >= threshold),
         ranked=tuple(ranked),
     )
+
+
+def neighbour_weights(concurrency: int, levels: Sequence[int]) -> dict[int, float] | None:
+    """How an unmeasured ``concurrency`` between two measured ``levels`` is answered: its two
+    neighbours, weighted by distance in log-concurrency (2 between 1 and 4: 0.5 each; 3: 0.21
+    and 0.79). The measured level itself when it is one; None outside the measured range (no
+    extrapolation)."""
+    ordered = sorted(set(levels))
+    if concurrency in ordered:
+        return {concurrency: 1.0}
+    lower = [c for c in ordered if c < concurrency]
+    upper = [c for c in ordered if c > concurrency]
+    if not lower or not upper:
+        return None
+    lo, hi = lower[-1], upper[0]
+    w_hi = (math.log(concurrency) - math.log(lo)) / (math.log(hi) - math.log(lo))
+    return {lo: 1.0 - w_hi, hi: w_hi}
+
+
+def traffic_weights(mix: Mapping[int, float], levels: Sequence[int]) -> dict[int, float]:
+    """A traffic mix (concurrency -> share of time) as weights on the measured ``levels``: a
+    measured level keeps its share, an unmeasured one between two measured levels splits its
+    share over them (:func:`neighbour_weights`). Raises ValueError naming a level outside the
+    measured range."""
+    out: dict[int, float] = defaultdict(float)
+    for concurrency, share in sorted(mix.items()):
+        split = neighbour_weights(concurrency, levels)
+        if split is None:
+            raise ValueError(
+                f"concurrency {concurrency} lies outside the measured levels "
+                f"({', '.join(map(str, sorted(set(levels))))}); autotune does not extrapolate"
+            )
+        for level, w in split.items():
+            out[level] += share * w
+    return dict(out)

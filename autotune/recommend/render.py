@@ -90,7 +90,7 @@ def dsd_config(choices: Sequence[Choice]) -> dict[str, Any] | None:
 
     vLLM's schedule varies N only, so the method (and draft) of the winner with the largest N
     leads; at each level N is that method's best measured N there, or 0 (off) where it does not
-    beat the baseline. None when speculation wins at no level.
+    beat the baseline or the level's own answer is off. None when speculation wins at no level.
     """
     winners = [c.best for c in choices if not c.best.is_baseline]
     if not winners:
@@ -104,7 +104,11 @@ def dsd_config(choices: Sequence[Choice]) -> dict[str, Any] | None:
         beats = same is not None and (
             choice.baseline is None or same.score_tok_s > choice.baseline.score_tok_s
         )
+        # A level whose own answer is off (no drafter beats the baseline outside a tie) runs
+        # with N = 0, whatever the lead method's score there.
         n = same.num_speculative_tokens if same is not None and beats else 0
+        if choice.best.is_baseline:
+            n = 0
         levels.append((choice.concurrency, n))
     table = ranges(levels)
     config = dict(lead.speculative_config or {})

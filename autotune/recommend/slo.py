@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -232,7 +232,7 @@ def trade_off_rows(choice: SLOChoice, metric: str = "tpot_ms_p99") -> list[dict[
     return [
         {
             "concurrency": choice.plain.concurrency,
-            "config": s.config.label(),
+            "config": s.config.label(prose=False),
             "speculative_config": s.config.speculative_config,
             "median_tok_s": s.config.median_tok_s,
             **s.p99_ms,
@@ -250,10 +250,13 @@ def choose_overall_slo(
     concurrencies: Sequence[int],
     slo: SLO,
     tie_pct: float = DEFAULT_TIE_PCT,
+    weights: Mapping[int, float] | None = None,
 ) -> Choice | None:
-    """One config for every level under the SLO: :func:`choose_overall` over the configs that
-    meet the SLO at every measured level. Raises :class:`NoConfigMeetsSLO` (naming the level
+    """One config for every level under the SLO: :func:`choose_overall` (with its ``weights``)
+    over the configs that meet the SLO at every measured level. Raises :class:`NoConfigMeetsSLO` (naming the level
     where the fewest configs meet it) when no config meets it everywhere."""
+    if weights is not None:
+        concurrencies = [c for c in concurrencies if weights.get(c, 0.0) > 0]
     allowed: set[str] | None = None
     hardest: SLOChoice | None = None
     for level in concurrencies:
@@ -269,7 +272,7 @@ def choose_overall_slo(
     if not allowed:
         raise NoConfigMeetsSLO(hardest, workload, hardest.plain.concurrency)
     kept = [r for r in rows if config_id(r.speculative_config) in allowed]
-    return choose_overall(kept, workload, concurrencies, tie_pct)
+    return choose_overall(kept, workload, concurrencies, tie_pct, weights)
 
 
 def good_requests(latencies_ms: Sequence[tuple[float | None, float | None]], slo: SLO) -> int:

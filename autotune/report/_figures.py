@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from autotune.report.frames import acceptance_columns, latest_prompt_sets, summary_frame
+from autotune.spec.labels import OFF, Labels
 
 PALETTE = (
     "#1f77b4",
@@ -124,23 +125,11 @@ def _series_key(config_json: str) -> str:
 
 
 def _series_labels(keys: list[str]) -> dict[str, str]:
-    """Method names, with the draft or parameters added only where a method has several."""
+    """Series names (autotune.spec.labels without N): the method, with the knobs or draft
+    added only where configs of the method differ in them, as every other output names them."""
     configs = {k: json.loads(k) for k in keys}
-    by_method: dict[str, list[str]] = {}
-    for k, c in configs.items():
-        by_method.setdefault(c["method"], []).append(k)
-    labels = {}
-    for method, group in by_method.items():
-        for k in group:
-            if len(group) == 1:
-                labels[k] = method
-                continue
-            extra = {n: v for n, v in configs[k].items() if n != "method"}
-            if "model" in extra:
-                labels[k] = f"{method} ({str(extra['model']).rstrip('/').split('/')[-1]})"
-            else:
-                labels[k] = f"{method} ({', '.join(f'{n}={v}' for n, v in extra.items())})"
-    return labels
+    names = Labels(configs.values())
+    return {k: names.variant(c) for k, c in configs.items()}
 
 
 def build(df: pd.DataFrame) -> Figures:
@@ -247,7 +236,7 @@ class TradeOffPoint:
     """One config at one level: its median tok/s against its p99 TPOT."""
 
     label: str
-    """Series label (the colour), or ``baseline``."""
+    """Series label (the colour), or ``off``."""
     config: str
     """``ngram N=3``, ``off (no speculation)``."""
     median_tok_s: float
@@ -294,7 +283,7 @@ def trade_off_panels(df: pd.DataFrame, trade: pd.DataFrame) -> list[TradeOffPane
             key = _series_key(r["speculative_config"])
             points.append(
                 TradeOffPoint(
-                    label="baseline" if key == "null" else key_label.get(key, key),
+                    label=OFF if key == "null" else key_label.get(key, key),
                     config=str(r["config"]),
                     median_tok_s=float(r["median_tok_s"]),
                     tpot_ms_p99=float(r["tpot_ms_p99"]),

@@ -15,8 +15,16 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from autotune.recommend.choose import DEFAULT_TIE_PCT, ConfigScore, rank, score, screen
+from autotune.recommend.choose import (
+    DEFAULT_TIE_PCT,
+    ConfigScore,
+    labels_of,
+    rank,
+    score,
+    screen,
+)
 from autotune.recommend.slo import measurement_goodput
+from autotune.spec.labels import PLAIN, Labels
 from autotune.spec.methods import config_id
 from autotune.spec.slo import SLO
 from autotune.store.records import MeasurementRecord
@@ -91,9 +99,12 @@ GOODPUT = "goodput_req_s"
 """The measurements frame's goodput column (requests/s that met the workload's SLO)."""
 
 
-def config_label(method: str, num_speculative_tokens: int, is_baseline: bool) -> str:
-    """``eagle3 N=4``, or ``off`` for the baseline (the same words as the recommendation)."""
-    return "off" if is_baseline else f"{method} N={num_speculative_tokens}"
+def frame_labels(df: pd.DataFrame) -> Labels:
+    """The names of the configs of a measurements frame (autotune.spec.labels): the same as
+    `recommend` and `study run` give them."""
+    if df.empty or "speculative_config" not in df:
+        return PLAIN
+    return Labels(json.loads(c) for c in df["speculative_config"].unique())
 
 
 def acceptance_columns(df: pd.DataFrame) -> list[str]:
@@ -170,14 +181,13 @@ def frame_from_records(records: Sequence[MeasurementRecord]) -> pd.DataFrame:
     width = max((len(r.accepted_per_pos) for r in records), default=0)
     acc_cols = [f"{ACCEPTANCE_PREFIX}{i + 1}" for i in range(width)]
     rows = []
+    names = labels_of(records)
     for r in records:
         row: dict[str, Any] = {
             "study": r.study,
             "model": r.model,
             "trial_id": r.trial_id,
-            "config": config_label(
-                r.method, r.num_speculative_tokens, r.speculative_config is None
-            ),
+            "config": names(r.speculative_config),
             "method": r.method,
             "draft": r.draft,
             "num_speculative_tokens": r.num_speculative_tokens,
@@ -283,9 +293,11 @@ def summary_frame(
         max_spread_pct = float(df.attrs.get("max_spread_pct", DEFAULT_MAX_SPREAD_PCT))
     acc_cols = acceptance_columns(df)
     out: list[dict[str, Any]] = []
+    names = frame_labels(df)
     for _, cell in df.groupby(CELL, sort=True):
         scores: list[ConfigScore] = [
-            score(_records(g, acc_cols)) for _, g in cell.groupby("speculative_config", sort=False)
+            score(_records(g, acc_cols), names)
+            for _, g in cell.groupby("speculative_config", sort=False)
         ]
         base = next((s for s in scores if s.is_baseline), None)
         first = cell.iloc[0]
@@ -297,7 +309,7 @@ def summary_frame(
                 "workload": first["workload"],
                 "workload_digest": first["workload_digest"],
                 "concurrency": int(first["concurrency"]),
-                "config": config_label(s.method, s.num_speculative_tokens, s.is_baseline),
+                "config": s.label(prose=False),
                 "method": s.method,
                 "draft": s.draft,
                 "num_speculative_tokens": s.num_speculative_tokens,

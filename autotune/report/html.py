@@ -146,8 +146,9 @@ def _answer_html(summary: pd.DataFrame, model: str) -> str:
         best = ranked.iloc[0]
         runner = ranked.iloc[1] if len(ranked) > 1 else None
         margin = "-"
-        if runner is not None and runner["score_tok_s"] > 0:
-            pct = 100.0 * (best["score_tok_s"] / runner["score_tok_s"] - 1.0)
+        if runner is not None and runner["median_tok_s"] > 0:
+            # The one margin (autotune.recommend.choose.Choice.margin_pct): medians.
+            pct = 100.0 * (best["median_tok_s"] / runner["median_tok_s"] - 1.0)
             margin = f"{pct:.1f}% over {runner['config']}"
         config = json.loads(best["speculative_config"])
         line = serve_args(model, config)
@@ -172,9 +173,11 @@ def _answer_html(summary: pd.DataFrame, model: str) -> str:
         rows.append("<tr>" + "".join(cells) + "</tr>")
     ths = "".join(f'<th class="{c}">{html.escape(h)}</th>' for h, c in head)
     note = (
-        "recommended: highest robust score (median − 1.4826·MAD over repeats; within 1% the "
-        "smaller N); speedup against running without speculation in the same cell; AL: mean "
-        "acceptance length; margin: robust score over the runner-up's."
+        "recommended: highest robust score (median − 1.4826·MAD over repeats); configs within "
+        "1% of it, or whose medians tie (the 95% interval of the median ratio contains 1), are "
+        "tied and the preferred answers (off, then the smaller N); speedup against running "
+        "without speculation in the same cell; AL: mean acceptance length; margin: the "
+        "answer's median over the runner-up's, as `recommend --explain` prints it."
     )
     return (
         f'<div class="scroll"><table class="answer"><thead><tr>{ths}</tr></thead><tbody>'
@@ -225,8 +228,9 @@ def _summary_html(summary: pd.DataFrame) -> str:
         for i, h in enumerate(head)
     )
     note = (
-        "★ recommended: highest robust score (median − 1.4826·MAD over repeats), configs within "
-        "1% tied and the smaller N preferred. noisy: spread over repeats above "
+        "★ recommended: highest robust score (median − 1.4826·MAD over repeats); configs within "
+        "1% of it, or whose medians tie (95% interval of the ratio), tied and the preferred "
+        "answers (off, then the smaller N). noisy: spread over repeats above "
         f"{summary.attrs.get('max_spread_pct', 10.0):g}%. AL: mean acceptance length."
     )
     return (

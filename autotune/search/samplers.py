@@ -17,6 +17,7 @@ from autotune.engine._base import EngineConfig, Measurement
 from autotune.search.objective import METRIC, level_medians
 from autotune.search.space import SearchSpace
 from autotune.search.strategy import SearchState, Strategy, noisy_cell, plan_cells
+from autotune.spec.labels import Labels
 
 if TYPE_CHECKING:
     pass
@@ -87,6 +88,7 @@ class OptunaMirror:
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         self._optuna = optuna
         self.space = space
+        self.labels = Labels(c.speculative_config() for c in space.configs())
         self.study = optuna.create_study(
             study_name=study_name,
             storage=storage,
@@ -126,7 +128,7 @@ class OptunaMirror:
     def answer_again(self, config: EngineConfig, trial: Any, value: float | None) -> None:
         """The sampler proposed a config that is measured (or running): tell it the stored
         value (a failure when there is none yet) without measuring again."""
-        trial.set_user_attr("repeat_of_config", config.label())
+        trial.set_user_attr("repeat_of_config", config.label(self.labels))
         self._tell(trial, value)
 
     def record(
@@ -138,7 +140,7 @@ class OptunaMirror:
     ) -> None:
         """One finished engine config as a trial: the proposing sampler's, or a new one."""
         attrs: dict[str, Any] = {
-            "config": config.label(),
+            "config": config.label(self.labels),
             "speculative_config": config.speculative_config(),
             **{f"tok_s {w} c={c}": v for (w, c), v in level_medians(measurements).items()},
         }

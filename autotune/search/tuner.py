@@ -65,6 +65,7 @@ from autotune.search.strategy import (
     plan_cells,
     protocol_cell,
 )
+from autotune.spec.labels import Labels
 from autotune.spec.loader import ResolvedStudy
 from autotune.store import MeasurementRecord, Store, StudyRecord
 
@@ -178,6 +179,10 @@ class Tuner:
         self._unit = objective_unit(self.study.spec)
         if hasattr(self.reporter, "unit"):  # the CLI's reporters print the trial value
             self.reporter.unit = self._unit
+        # The study's config names (its knob variants told apart), for every line it prints.
+        self.labels = Labels(c.speculative_config() for c in self.space.configs())
+        if hasattr(self.reporter, "labels"):
+            self.reporter.labels = self.labels
         self._prepare = prepare_workload
         self.strategy = strategy
         self.summary = RunSummary()
@@ -235,6 +240,10 @@ class Tuner:
             self.reporter.end()
             # After a failure (a lost lease, a full disk) the first error is the one to report.
             with contextlib.suppress(*(() if ended else (StoreError,))):
+                if final == "interrupted":
+                    # Stopped (Ctrl-C, SIGTERM, an error): the trials in flight did not finish;
+                    # a resume reopens them and measures only their missing cells.
+                    self.store.abandon_running_trials(self.record)
                 self.store.set_study_status(self.record.name, final)
         self.summary.stop_reason = stop
         if isinstance(strategy, OptunaStrategy):
@@ -362,7 +371,7 @@ class Tuner:
             self.done[key] = value
         if reason is not None:
             self.summary.trials_failed += 1
-            self.summary.failures.append((run.config.label(), reason))
+            self.summary.failures.append((run.config.label(self.labels), reason))
         else:
             self.summary.trials_run += 1
             if len(level_medians(run.measurements)) == self._num_levels:
@@ -418,7 +427,7 @@ class Tuner:
         if not scored:
             return None
         value, key = max(scored)
-        label = next((c.label() for c in self.space.configs() if c.key() == key), key)
+        label = next((c.label(self.labels) for c in self.space.configs() if c.key() == key), key)
         shown = f"{value:,.0f}" if self._unit == "tok/s" else f"{value:,.2f}"  # req/s are small
         return f"{label} ({shown} {self._unit})"
 

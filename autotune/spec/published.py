@@ -13,7 +13,7 @@ import dataclasses
 import datetime
 import functools
 from importlib import resources
-from typing import Literal
+from typing import Any, Literal
 
 import yaml
 from pydantic import Field, ValidationError, model_validator
@@ -204,6 +204,21 @@ def _recipe_for(alias: str, method: str, recipes: list[Recipe]) -> Recipe | None
     return next((r for r in recipes if r.alias == alias and r.method == method), None)
 
 
+def _random_prompts(r: PublishedResult) -> bool:
+    """Whether the result was measured on random tokens (``random 1K/1K``), not real prompts."""
+    return (r.dataset or "").strip().lower().startswith("random")
+
+
+def _n_bound(entry: Any, method: str) -> int | None:
+    """The catalog's largest N for the model's method (``n_max``, or a block drafter's
+    ``block_size - 1``); None when it states none."""
+    m = entry.methods.get(method) if entry is not None else None
+    if m is None:
+        return None
+    bounds = [b for b in (m.n_max, m.block_size - 1 if m.block_size else None) if b]
+    return min(bounds) if bounds else None
+
+
 def starting_point(
     alias: str,
     workload: str,
@@ -222,7 +237,9 @@ def starting_point(
     """
     from autotune.spec.catalog import load_catalog
 
-    found = load_catalog().resolve(alias)
+    catalog = load_catalog()
+    # An alias, an extra name, or the HF id of a catalog target (moonshotai/Kimi-K2.5 -> kimi).
+    found = catalog.resolve(alias) or catalog.find_by_model(alias)
     name = found[0] if found else alias
     data = published if published is not None else load_published()
     usable: list[tuple[PublishedResult, int, Recipe | None]] = []
@@ -231,16 +248,24 @@ def starting_point(
             continue
         recipe = None if r.num_speculative_tokens else _recipe_for(name, r.method, data.recipes)
         n = r.num_speculative_tokens or (recipe.num_speculative_tokens if recipe else None)
-        if n is not None:
-            usable.append((r, n, recipe))
+        if n is None:
+            continue
+        # An acceptance length grows with N whatever the speedup does: an acceptance-only
+        # result past the catalog's N bound would suggest an N the study can never measure.
+        bound = _n_bound(found[1] if found else None, r.method)
+        if r.speedup is None and bound is not None and n > bound:
+            continue
+        usable.append((r, n, recipe))
     matched = [u for u in usable if u[0].workload == workload]
     pool = matched or usable
 
-    def key(u: tuple[PublishedResult, int, Recipe | None]) -> tuple[bool, bool, float, int]:
+    def key(u: tuple[PublishedResult, int, Recipe | None]) -> tuple[bool, bool, bool, float, int]:
         r, n, _ = u
         at_c = concurrency is not None and r.concurrency == concurrency
         number = r.speedup if r.speedup is not None else (r.mean_acceptance_length or 0.0)
-        return (at_c, r.speedup is not None, number, -n)
+        # Real prompt sets before random ones; then the level asked for; speedups before
+        # acceptance-only results.
+        return (not _random_prompts(r), at_c, r.speedup is not None, number, -n)
 
     if pool:
         r, n, recipe = max(pool, key=key)
@@ -252,6 +277,8 @@ def starting_point(
             labels.append(f"concurrency not matched: the source measured {at}")
         if r.speedup is None:
             labels.append("acceptance only: the source reports no speedup")
+        if _random_prompts(r):
+            labels.append(f"random prompts: the source measured {r.dataset}, no real prompt set")
         if r.engine and not r.engine.startswith("vllm"):
             labels.append(f"engine not matched: measured with {r.engine}")
         entry = load_catalog().models.get(name)

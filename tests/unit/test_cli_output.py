@@ -192,3 +192,24 @@ def test_reporters_follow_the_plan():
     bar.end()  # the strategy stopped after one config: the bar ends full
     task = bar.progress.tasks[0]
     assert task.completed == task.total == 1
+
+
+def test_db_after_the_command_and_export_asks_before_overwriting(autotune, db_path, tmp_path):
+    """`--db` works after the command as before it; `export --landscape` never overwrites a
+    file unasked (off a terminal: refused, exit 2, the file untouched; --force overwrites)."""
+    db = ("--db", str(db_path))
+    made = autotune(
+        "study", "create", "--landscape", str(LANDSCAPE), "--name", "after", *db, db=False
+    )
+    assert made.exit_code == 0, made.stderr
+    assert autotune("study", "run", "after", "--quiet", *db, db=False).exit_code == 0
+    listed = autotune("study", "list", "--json", *db, db=False)
+    assert listed.exit_code == 0 and [s["name"] for s in json.loads(listed.stdout)] == ["after"]
+    out = tmp_path / "after.csv"
+    first = autotune("export", "--landscape", "after", "-o", str(out), *db, db=False)
+    assert first.exit_code == 0, first.stderr
+    out.write_text("kept\n")
+    again = autotune("export", "--landscape", "after", "-o", str(out), *db, db=False)
+    assert again.exit_code == 2 and "--force" in again.stderr and out.read_text() == "kept\n"
+    forced = autotune("export", "--landscape", "after", "-o", str(out), "--force", *db, db=False)
+    assert forced.exit_code == 0 and out.read_text() != "kept\n"

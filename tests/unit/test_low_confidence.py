@@ -203,9 +203,14 @@ def test_a_drafter_within_the_noise_of_the_baseline_is_a_tie_answered_off(
     assert out.exit_code == 0 and json.loads(out.stdout) is None
     (tie,) = [ln for ln in out.stderr.splitlines() if ln.startswith("note: tie")]
     assert tie.startswith("note: tie at concurrency 1: off (no speculation) (100.0 tok/s) vs ")
-    assert "ngram N=1 (+4.0%, within ±" in tie and tie.endswith(
+    # The margin is the answer's median over the other's (100.0 vs 104.0 tok/s), the same
+    # number --explain's margin % column shows.
+    assert "ngram N=1 (margin -3.8%, within ±" in tie and tie.endswith(
         "the preferred off (no speculation)"
     )
+    explained = autotune(*args, "--explain").stderr.splitlines()
+    (row,) = [ln.split() for ln in explained if ln.split()[:2] == ["1", "off"]]
+    assert row[row.index("N=1") + 1] == "-3.8"  # the column after the runner-up "ngram N=1"
     doc = json.loads(autotune(*args, "--json").stdout)
     assert doc["tie"] is True and doc["speculative_config"] is None
     (other,) = doc["tied_with"]

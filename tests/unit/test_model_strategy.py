@@ -210,7 +210,7 @@ def test_proposes_a_batch_for_free_slots(tmp_path: Path):
         ("eagle3", 4),
         ("ngram", 3),
     ]
-    assert [c.label() for c in strategy.propose(empty, slots=1)] == ["baseline"]
+    assert [c.label() for c in strategy.propose(empty, slots=1)] == ["off (no speculation)"]
     running = SearchState(
         study, space, rows=(), done={}, in_flight=frozenset(c.key() for c in batch)
     )

@@ -306,3 +306,33 @@ def test_study_create_prints_no_library_notices(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "created study 'tiny-cpu'" in proc.stdout
     assert proc.stderr.strip() == ""
+
+
+def test_published_starting_points_an_expert_would_accept() -> None:
+    """HF ids resolve to catalog aliases; acceptance-only results never suggest an N past the
+    catalog's bound for the method; random-prompt results rank last and say so."""
+    from autotune.spec.published import load_published, starting_point
+
+    catalog = load_catalog()
+    by_id = starting_point("moonshotai/Kimi-K2.5", "code")
+    by_alias = starting_point("kimi", "code")
+    assert by_id is not None and by_alias is not None and by_id == by_alias
+    for alias, entry in catalog.models.items():
+        for workload in ("code", "chat", "math"):
+            point = starting_point(alias, workload)
+            if point is None or point.result is None:
+                continue
+            method = entry.methods.get(point.method)
+            if point.result.speedup is None and method is not None and method.n_max:
+                assert point.num_speculative_tokens <= method.n_max, (alias, workload, point)
+            random = (point.result.dataset or "").lower().startswith("random")
+            assert random == any(label.startswith("random prompts") for label in point.labels)
+            if random:  # only when the model has nothing measured on real prompts
+                real = [
+                    r
+                    for r in load_published().results
+                    if r.alias == alias and not (r.dataset or "").lower().startswith("random")
+                ]
+                assert not real or all(r.num_speculative_tokens is None for r in real)
+    qwen = starting_point("qwen", "chat")
+    assert qwen is not None and not (qwen.method == "mtp" and qwen.num_speculative_tokens > 8)

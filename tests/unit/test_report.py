@@ -186,9 +186,13 @@ def test_summary_statistics_match_the_repeats(frame):
         else:
             acc = ACCEPTANCE[(s["method"], s["workload"])][: s["num_speculative_tokens"]]
             assert s["mean_acceptance_length"] == pytest.approx(1 + sum(acc), abs=1e-5)
-    # A stricter bound flags more; the flag follows the argument, not the study.
+    # The flag follows the argument, not the study. Replay draws without replacement, so every
+    # cell shows its recorded spread (REPEAT_FACTOR: 5%): the study's 4% flags every cell, a 6%
+    # bound none.
     strict = summary_frame(frame, max_spread_pct=0.0)
-    assert strict["noisy"].sum() == (strict["spread_pct"] > 0).sum() > summary["noisy"].sum()
+    assert strict["noisy"].sum() == (strict["spread_pct"] > 0).sum() == len(summary)
+    assert summary["noisy"].all()
+    assert not summary_frame(frame, max_spread_pct=6.0)["noisy"].any()
 
 
 def test_summary_recommends_what_recommend_chooses(filled, frame):
@@ -404,18 +408,18 @@ def test_the_report_prints_each_levels_pareto_front_and_the_slo_choice(slo_db: P
     code, out, err = run_cli(slo_db, "report", "slo-sweep", "--format", "table")
     assert code == 0, err
     front = out[out.index("p99 TPOT ms") :]
-    assert "off (no speculation) ★" in front and "under the SLO (code: p99 ITL <= 20 ms)" in front
+    assert "off ★" in front and "under the SLO (code: p99 ITL <= 20 ms)" in front
     records = Store(str(slo_db)).measurements(study="slo-sweep")
     for level in (1, 8):
         choice = choose_slo(records, "code", level, SLO(itl_p99_ms=20))
         assert choice is not None and choice.best is not None
         for s in pareto_front(choice.scores):
-            assert s.config.label() in front  # every front config is listed
+            assert s.config.label(prose=False) in front  # every front config is listed
     code, out, _ = run_cli(slo_db, "report", "slo-sweep", "--json")
     data = json.loads(out)
     assert data["slo"] == {"code": "p99 ITL <= 20 ms"}
     at8 = [r for r in data["trade_off"] if r["concurrency"] == 8]
-    assert {r["config"] for r in at8 if r["recommended"]} == {"off (no speculation)"}
+    assert {r["config"] for r in at8 if r["recommended"]} == {"off"}
     assert {r["config"] for r in at8 if r["on_front"]} >= {"ngram N=3"}
     assert all(r["meets_slo"] == (r["itl_ms_p99"] <= 20) for r in data["trade_off"])
 

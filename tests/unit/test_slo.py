@@ -261,7 +261,7 @@ def test_trade_off_rows_mark_front_slo_and_recommendation(rows: list[Row]) -> No
     table = trade_off_rows(choice)
     assert len(table) == len(choice.scores) == 7
     (chosen,) = [r for r in table if r["recommended"]]
-    assert chosen["config"] == "off (no speculation)" and chosen["meets_slo"]
+    assert chosen["config"] == "off" and chosen["meets_slo"]
     assert {r["config"] for r in table if r["on_front"]} == {"ngram N=3"}
     assert all(r["meets_slo"] == (r["itl_ms_p99"] <= 20) for r in table)
 

@@ -179,7 +179,7 @@ def test_optuna_mirrors_the_study(tmp_path: Path, store: Store, sampler: str):
     failed = by_config["ngram N=3"]
     assert failed.state == optuna.trial.TrialState.FAIL
     assert "has no ngram N=3" in failed.user_attrs["failure_reason"]
-    base = by_config["baseline"]
+    base = by_config["off (no speculation)"]
     assert base.state == optuna.trial.TrialState.COMPLETE
     assert base.user_attrs["speculative_config"] is None
     import statistics

@@ -1,0 +1,79 @@
+"""`autotune study run` stops cleanly (autotune.cli.study): SIGTERM and Ctrl-C sent to a real
+driver process running a replay study through the Ray pool leave the study and its running
+trial ``interrupted``, print the resume command, and show no Ray stack dump."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from autotune.store import Store
+
+REPO = Path(__file__).resolve().parents[2]
+KNOBS = REPO / "bench" / "landscapes" / "cpu-tiny-knobs.csv"
+
+
+def _cli(db: Path, *args: str) -> list[str]:
+    return [sys.executable, "-m", "autotune.cli", "--db", str(db), *args]
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(REPO), "AUTOTUNE_DB": ""}
+
+
+@pytest.mark.parametrize(
+    ("name", "send", "code", "why"),
+    [
+        # what timeout, Slurm and Kubernetes send: to the driver alone
+        ("term", lambda p: p.send_signal(signal.SIGTERM), 143, "SIGTERM"),
+        # Ctrl-C on a terminal: SIGINT to the whole foreground process group
+        ("ctrlc", lambda p: os.killpg(p.pid, signal.SIGINT), 130, "Ctrl-C"),
+    ],
+)
+def test_a_signal_stops_the_run_cleanly(tmp_path: Path, name, send, code, why) -> None:
+    db = tmp_path / "stop.db"
+    made = subprocess.run(
+        _cli(db, "study", "create", "--landscape", str(KNOBS), "--name", name),
+        env=_env(),
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert made.returncode == 0, made.stderr
+    err = tmp_path / "stderr"
+    with err.open("w") as stderr:
+        # Through the Ray pool (logical GPUs), engines sleeping 0.2 x the recorded times: the
+        # whole study would take about a minute.
+        proc = subprocess.Popen(
+            _cli(db, "study", "run", name, "--num-gpus", "1", "--replay-time-scale", "0.2"),
+            env=_env(),
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+            cwd=tmp_path,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + 240
+        while "[1/" not in err.read_text():  # one trial done, the next one measuring
+            assert proc.poll() is None, err.read_text()
+            assert time.monotonic() < deadline, err.read_text()
+            time.sleep(0.5)
+        send(proc)
+        proc.communicate(timeout=120)
+    said = err.read_text()
+    assert proc.returncode == code, said
+    assert f"autotune: interrupted ({why})" in said
+    assert f"go on with: autotune --db {db} study resume {name}" in said
+    for noise in ("SIGTERM received", "logging.cc", "Traceback", "PC: @"):
+        assert noise not in said, said
+    store = Store(str(db))
+    record = store.get_study(name)
+    assert record.status == "interrupted"
+    states = [t.state for t in store.trials(record)]
+    assert "running" not in states and states.count("interrupted") >= 1, states
