@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from autotune.cluster.jobs import Cell
 from autotune.engine._base import EngineConfig, Measurement
@@ -18,9 +18,6 @@ from autotune.search.objective import METRIC, level_medians
 from autotune.search.space import SearchSpace
 from autotune.search.strategy import SearchState, Strategy, noisy_cell, plan_cells
 from autotune.spec.labels import Labels
-
-if TYPE_CHECKING:
-    pass
 
 SAMPLERS = ("model", "grid", "random", "tpe", "gp")
 

@@ -561,7 +561,9 @@ def test_printed_commands_are_shell_quoted() -> None:
 
     from autotune import api
 
-    resolved = SimpleNamespace(spec=SimpleNamespace(workloads=["my wl; rm -rf ~"]))
+    resolved = SimpleNamespace(
+        spec=SimpleNamespace(workloads=["my wl; rm -rf ~"], context_lengths=None), landscape=None
+    )
     record = SimpleNamespace(name="s", model_alias=None, model="/models/my model", resolved_json="")
     original = api.ResolvedStudy.from_json
     api.ResolvedStudy.from_json = lambda text: resolved  # type: ignore[assignment,method-assign]

@@ -626,7 +626,9 @@ def test_configs_that_cannot_meet_the_tpot_limit_are_not_proposed(tmp_path: Path
 
     strategy, state = after_anchors("plain")
     plain = {c.config.label(): c.levels for c in strategy.candidates(state)}
-    strategy, state = after_anchors("tight", slo={"tpot_p99_ms": 3})
+    # 2.5 ms, not 3: a smaller N may accept up to its method's prefix ratio more than the largest
+    # N's run, which raises its upper bound and lowers its TPOT floor.
+    strategy, state = after_anchors("tight", slo={"tpot_p99_ms": 2.5})
     tight = {c.config.label(): c.levels for c in strategy.candidates(state)}
     assert any(("code", 8) in levels for levels in plain.values())
     assert not any(("code", 8) in levels for levels in tight.values())
