@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import click
 
-from autotune.cli._common import POSITIVE_FLOAT, Context, echo_json, json_option, pass_ctx
+from autotune.cli._common import (
+    NON_NEGATIVE_FLOAT,
+    POSITIVE_FLOAT,
+    Context,
+    echo_json,
+    json_option,
+    pass_ctx,
+)
 
 
 @click.command("observe")
@@ -30,7 +37,7 @@ from autotune.cli._common import POSITIVE_FLOAT, Context, echo_json, json_option
 @click.option(
     "--duration",
     "duration_s",
-    type=POSITIVE_FLOAT,
+    type=NON_NEGATIVE_FLOAT,
     default=60.0,
     show_default=True,
     metavar="S",
@@ -39,7 +46,7 @@ from autotune.cli._common import POSITIVE_FLOAT, Context, echo_json, json_option
 @click.option(
     "--interval",
     "interval_s",
-    type=POSITIVE_FLOAT,
+    type=NON_NEGATIVE_FLOAT,
     default=1.0,
     show_default=True,
     metavar="S",

@@ -69,7 +69,8 @@ def test_a_signal_stops_the_run_cleanly(tmp_path: Path, name, send, code, why) -
     said = err.read_text()
     assert proc.returncode == code, said
     assert f"autotune: interrupted ({why})" in said
-    assert f"go on with: autotune --db {db} study resume {name}" in said
+    # the store as the run opened it (a URL, its password masked)
+    assert f"go on with: autotune --db sqlite:///{db} study resume {name}" in said
     for noise in ("SIGTERM received", "logging.cc", "Traceback", "PC: @"):
         assert noise not in said, said
     store = Store(str(db))
