@@ -17,7 +17,7 @@ ACCEL := $(shell if [ -e /dev/kfd ] || command -v rocm-smi >/dev/null 2>&1; then
                  elif command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then echo cuda; \
                  else echo cpu; fi)
 
-.PHONY: install test test-unit test-contract test-integration lint format demo verify bench-search bench-stress bench-cli bench-scale bench-prefix bench-fidelity bench-agreement recommend check check-measured clean help
+.PHONY: install test test-unit test-contract test-integration lint format docs demo verify bench-search bench-stress bench-cli bench-scale bench-prefix bench-fidelity bench-agreement recommend check check-measured clean help
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -68,6 +68,9 @@ lint: $(STAMP)  ## ruff (lint + format check) and mypy
 format: $(STAMP)  ## apply ruff's formatter and autofixes
 	$(VENV)/bin/ruff format autotune tests
 	$(VENV)/bin/ruff check --fix autotune tests
+
+docs: $(STAMP)  ## regenerate docs/study-file.md from the study and workload models
+	$(PY) -m autotune.spec.reference docs/study-file.md
 
 demo: $(STAMP)  ## run studies/tiny-cpu.yaml end to end on the real vLLM CPU engine and print the recommendation
 	$(AUTOTUNE) --db sqlite:///studies/demo.db study create studies/tiny-cpu.yaml --replace
