@@ -12,6 +12,10 @@ from autotune.cli._common import echo_json, emit_table, table_format_options
 def models(as_json: bool, fmt: str) -> None:
     """List the catalog's models with their methods, published drafts and N bounds.
 
+    Then, where the catalog cites a published acceptance-length curve for a model and method,
+    one line per curve (AL@N N:AL ..., what was measured, the source): priors that order the
+    search's first batch (the N a method starts at), never measurements.
+
     \b
     Example:
       autotune models
@@ -45,3 +49,17 @@ def models(as_json: bool, fmt: str) -> None:
             f"1..{m.n_max}" if m.n_max else ("= block" if m.method == "dspark" else "-"),
         )
     emit_table(table, fmt)
+    if fmt == "tsv":
+        return
+    from autotune.spec.catalog import load_catalog
+
+    lines = [
+        f"  {alias} {method} ({', '.join(p for p in (c.workload, c.condition) if p)}): "
+        f"{c.compact()}\n    {c.measured}; {c.citation()}"
+        for alias, entry in load_catalog().models.items()
+        for method, m in entry.methods.items()
+        for c in m.acceptance_curves
+    ]
+    if lines:
+        click.echo("\npublished acceptance length by N (priors for the first batch, not measured):")
+        click.echo("\n".join(lines))

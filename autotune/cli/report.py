@@ -72,8 +72,9 @@ def report(
     guard: drafts are accepted on loops), then, where the
     engine recorded latencies, each level's Pareto front of throughput vs p99 TPOT (with
     goodput and whether each config meets the study's slo:), one section per context-length
-    bucket (context_lengths: its target, real prompt tokens and best config per level), and
-    writes the plots and exports asked for. Exits 1 when the study has no measurements yet.
+    bucket (context_lengths: its target, real prompt tokens and best config per level), the
+    catalog's published acceptance length by N beside the measured one where the catalog
+    cites a curve for the model, and writes the plots and exports asked for. Exits 1 when the study has no measurements yet.
 
     Files are written only into folders that exist (a missing one: exit 2, nothing written).
 
@@ -85,6 +86,7 @@ def report(
     from autotune import api
     from autotune.report import provenance, summary_table
     from autotune.report.frames import degenerate_cells
+    from autotune.report.published import acceptance_comparison
     from autotune.report.table import front_table
 
     rep = api.report_study(
@@ -97,6 +99,7 @@ def report(
     )
     df, summary, written = rep.frame, rep.summary, rep.written
     degenerate = degenerate_cells(df)
+    published = acceptance_comparison(df)  # the catalog's cited curves beside the measured ALs
     for line in rep.notes:
         note(f"note: {line}")
     for line in api.degenerate_lines(ctx.store(), study_name):  # outputs that fake acceptance
@@ -117,6 +120,7 @@ def report(
                 ],
                 "degenerate_cells": degenerate,
                 "context_buckets": [b.as_json() for b in rep.buckets],
+                "published_acceptance": published.as_json() if published else None,
                 "files": [str(p) for p in written],
             }
         )
@@ -138,6 +142,11 @@ def report(
             click.echo("\ncontext-length buckets")
             for b in rep.buckets:
                 click.echo(b.line())
+    if published is not None and fmt != "tsv":
+        click.echo("\npublished vs measured acceptance length")
+        emit_table(published.table(), fmt)
+        for line in published.legend():
+            click.echo(line)
 
 
 def _clean(row: dict[str, Any]) -> dict[str, Any]:

@@ -29,6 +29,7 @@ from autotune.report._figures import (
     trade_off_panels,
 )
 from autotune.report.frames import summary_frame
+from autotune.report.published import acceptance_comparison
 from autotune.report.table import provenance
 
 Renderer = Literal["auto", "svg", "plotly", "matplotlib"]
@@ -100,6 +101,9 @@ def write_html(df: pd.DataFrame, path: Path | str, renderer: Renderer = "auto") 
     else:
         sections = _image_sections(df, "png" if renderer == "matplotlib" else "svg")
     sections += _trade_off_sections(df, figs, renderer)
+    published = acceptance_comparison(df)
+    if published is not None:
+        sections.append(published.html())
     title = f"autotune report: {figs.title}"
     body = [
         f"<h1>{html.escape(title)}</h1>",

@@ -12,6 +12,12 @@ measured N with nothing but "t_step never falls as N grows, and is convex in N".
 recommended from a prediction: the choosing rule (``autotune.recommend.choose``) picks from
 measured repeats.
 
+Where the catalog holds a published acceptance curve for the study's model and a method
+(``acceptance_curves`` in ``autotune/catalog/models.yaml``), the method's first engine starts at
+the N where the published curve stops growing materially instead of at its largest N (see
+:func:`prior_anchor_n`). That is the only use of a publication here: it orders the first batch,
+it is never a measurement, nothing is stored or predicted from it.
+
 Under a latency SLO (the study's ``slo:``) a config can win a level only if it meets the SLO
 there, as ``autotune.recommend.slo.choose_slo`` decides: each level's measured best is the best
 among the configs whose measured p99s meet the SLO (a level where none does has no best yet, so
@@ -39,12 +45,18 @@ from autotune.recommend.choose import DEFAULT_TIE_PCT, latest_digest
 from autotune.recommend.slo import METRICS, study_slo
 from autotune.search.space import Option, SearchSpace
 from autotune.search.strategy import SearchState, noisy_cell, plan_cells
+from autotune.spec.catalog import AcceptanceCurve, acceptance_curves
 from autotune.spec.loader import ResolvedStudy
 from autotune.spec.methods import BASELINE, METHODS, config_id
 from autotune.store import MeasurementRecord
 
 Level = tuple[str, int]
 """A (workload, concurrency) cell: every config is measured at all of them on one engine."""
+
+PRIOR_MIN_GAIN = 0.1
+"""Mean acceptance length a published curve must still gain per added draft token for the
+prior to keep growing N: past that a draft token is accepted less than one step in ten, and
+verifying it costs on every step."""
 
 
 @dataclass(frozen=True)
@@ -96,9 +108,13 @@ class ModelStrategy:
     many extra repeats a run may spend on levels whose top two configs lie within twice the
     study's noise of each other (None: as many as the study has levels).
 
+    ``curves``: published acceptance curves by method (None: the catalog's for the study's
+    model; see :func:`prior_anchor_n`).
+
     Order: the baseline, then each method at its largest allowed N (the largest that did not
-    fail), then the candidates of :meth:`candidates`, highest predicted gain first. Stops
-    (returns None) when no candidate is left.
+    fail; the published curve's N first where it has one), then the candidates of
+    :meth:`candidates`, highest predicted gain first. Stops (returns None) when no candidate
+    is left.
     """
 
     def __init__(
@@ -110,6 +126,7 @@ class ModelStrategy:
         prior_slack_pct: float = 15.0,
         screen_sigmas: float = 3.0,
         close_call_cells: int | None = None,
+        curves: Mapping[str, Sequence[AcceptanceCurve]] | None = None,
     ) -> None:
         if min(margin_pct, noise_floor_pct, prior_slack_pct, screen_sigmas) < 0:
             raise ValueError(
@@ -126,6 +143,10 @@ class ModelStrategy:
         self.margin_pct = margin_pct
         self.noise_floor = noise_floor_pct / 100.0
         self.prior_slack = prior_slack_pct / 100.0
+        self.curves = (
+            acceptance_curves(study.model, study.model_alias) if curves is None else dict(curves)
+        )
+        """Published acceptance curves by method: the order of the first batch only."""
 
     def propose(self, state: SearchState, slots: int) -> list[EngineConfig]:
         """Up to ``slots`` configs: each next one is chosen as if the ones before it were
@@ -333,7 +354,8 @@ class ModelStrategy:
     # --- phase 1: every method at its largest N ---------------------------------------------
 
     def _next_anchor(self, state: SearchState) -> EngineConfig | None:
-        """The largest not-failed N of the first option with nothing measured or in flight."""
+        """The largest not-failed N of the first option with nothing measured or in flight;
+        where the method has a published curve, its :func:`prior_anchor_n` first."""
         for option in _speculative(state.space):
             configs = [state.space.config(option, n) for n in option.n_values]
             keys = [c.key() for c in configs]
@@ -341,7 +363,11 @@ class ModelStrategy:
                 continue  # measured: the model takes over
             if any(k in state.in_flight for k in keys):
                 continue  # its anchor is running
-            for config in reversed(configs):
+            order = list(reversed(configs))
+            first = prior_anchor_n(self.curves.get(option.method, ()), option.n_values)
+            if first is not None:  # a stable sort: the rest stay largest first
+                order.sort(key=lambda c: c.num_speculative_tokens != first)
+            for config in order:
                 if config.key() not in state.done:  # not failed (nor measured, see above)
                     return config
         return None
@@ -599,6 +625,36 @@ class ModelStrategy:
             if w == workload
         ]
         return PerfModel.fit(points, noise_floor=noise)
+
+
+def prior_anchor_n(curves: Sequence[AcceptanceCurve], n_values: Sequence[int]) -> int | None:
+    """The N to start a method at from its published curves, or None (its largest N).
+
+    On each curve (its points at the option's N), walking up from (0, 1.0): a point is kept
+    when it gains at least :data:`PRIOR_MIN_GAIN` of acceptance length per added draft token
+    over the last kept one; the curve's answer is the last kept point. A curve still growing at
+    its last point while the option goes further says nothing about the larger N, and neither
+    does an option with no N on the curve: None. Over several curves (thinking on and off,
+    workloads) the largest answer, None when any says None: the prior only moves the first N
+    down where every curve shows the acceptance levelling off.
+    """
+    if not curves or not n_values:
+        return None
+    picks = []
+    for curve in curves:
+        points = sorted((n, al) for n, al in curve.acceptance_length_by_n.items() if n in n_values)
+        if not points:
+            return None
+        kept_n, kept_al = 0, 1.0
+        for n, al in points:
+            if (al - kept_al) / (n - kept_n) >= PRIOR_MIN_GAIN:
+                kept_n, kept_al = n, al
+        if kept_n == 0:
+            kept_n = points[0][0]  # not even the shortest draft pays: start there
+        if kept_n == points[-1][0] and max(n_values) > kept_n:
+            return None
+        picks.append(kept_n)
+    return max(picks)
 
 
 def _run(p: Point, noise: float) -> _Run:

@@ -1,4 +1,5 @@
-"""The model catalog: aliases (kimi, gemma4, qwen, minimax, tiny) → HF ids, drafts, N bounds.
+"""The model catalog: aliases (kimi, gemma4, qwen, minimax, tiny) → HF ids, drafts, N bounds,
+cited acceptance-length curves.
 
 The data lives in ``autotune/catalog/models.yaml`` (one file, not code); this module gives it a
 strict schema and the lookups the rest of autotune uses.
@@ -8,14 +9,70 @@ from __future__ import annotations
 
 import functools
 from importlib import resources
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, model_validator
 
 from autotune.errors import SpecError
-from autotune.spec._base import StrictModel
-from autotune.spec.methods import Method, RuleContext
+from autotune.spec._base import Float, Int, StrictModel, Text
+from autotune.spec.methods import GLOBAL_MAX_N, Method, RuleContext, max_n
+
+_SOURCE = "autotune/catalog/models.yaml"
+
+CurveN = Annotated[Int, Field(ge=1, le=GLOBAL_MAX_N)]
+"""An N of a published curve: 1..15, the largest num_speculative_tokens autotune tries."""
+
+
+class AcceptanceCurve(StrictModel):
+    """A published mean acceptance length at each N for one model and method, with its source.
+
+    A prior only: the model strategy orders its first batch by it (which N to start first);
+    nothing is stored or recommended from it, and reports show it beside what was measured.
+    """
+
+    acceptance_length_by_n: dict[CurveN, Annotated[Float, Field(ge=1.0)]] = Field(
+        min_length=1,
+        description="N -> mean acceptance length as the source states it (vLLM's convention: "
+        "1 + accepted drafts per step, the bonus token included; 1 <= AL <= N + 1).",
+    )
+    workload: Literal["code", "chat", "math"] | None = Field(
+        description="autotune workload family of the source's prompt set (None: none maps)."
+    )
+    dataset: Text = Field(description="The prompt set as the source names it.")
+    condition: Text = Field(
+        "", description="What else the source fixed (sampling, thinking mode), when it says."
+    )
+    measured: Text = Field(
+        description="What was measured: checkpoint, draft, hardware and engine as stated (the "
+        "checkpoint may be a quantized variant of the catalog target)."
+    )
+    source: Text = Field(description="URL of the file or page the numbers are copied from.")
+    repository: Text | None = Field(None, description="owner/name of the source repository.")
+    path: Text | None = Field(None, description="Path of the source file in the repository.")
+    commit: Text | None = Field(None, description="Commit of the source file read, when known.")
+    notes: Text = Field("", description="What was left out and why.")
+
+    @model_validator(mode="after")
+    def _at_most_n_plus_one(self) -> AcceptanceCurve:
+        for n, al in self.acceptance_length_by_n.items():
+            if al > n + 1:
+                raise ValueError(
+                    f"acceptance_length_by_n: {al} at N={n} is more than N + 1 tokens per step"
+                )
+        return self
+
+    def compact(self) -> str:
+        """``AL@N 1:1.80 2:2.33 …`` in N order."""
+        pairs = sorted(self.acceptance_length_by_n.items())
+        return "AL@N " + " ".join(f"{n}:{al:.2f}" for n, al in pairs)
+
+    def citation(self) -> str:
+        """Repository, path and short commit when known, else the source URL."""
+        if self.repository and self.path:
+            at = f" @ {self.commit[:7]}" if self.commit else ""
+            return f"{self.repository} {self.path}{at}"
+        return self.source
 
 
 class MethodEntry(StrictModel):
@@ -38,6 +95,16 @@ class MethodEntry(StrictModel):
     params: dict[str, int] = Field(
         default_factory=dict, description="Default method parameters (e.g. prompt_lookup_max)."
     )
+    acceptance_curves: list[AcceptanceCurve] = Field(
+        default_factory=list,
+        description="Published acceptance length by N for this model and method, each cited; "
+        "priors that order the search's first batch, never measurements.",
+    )
+
+    def n_bound(self) -> int | None:
+        """The largest N the entry allows (``n_max``, or a block drafter's block - 1)."""
+        bounds = [b for b in (self.n_max, self.block_size - 1 if self.block_size else None) if b]
+        return min(bounds) if bounds else None
 
 
 class ModelEntry(StrictModel):
@@ -66,6 +133,20 @@ class ModelEntry(StrictModel):
     methods: dict[Method, MethodEntry] = Field(
         default_factory=dict, description="Methods that apply, each with its published draft."
     )
+
+    @model_validator(mode="after")
+    def _curves_within_bounds(self) -> ModelEntry:
+        for method, entry in self.methods.items():
+            rule_bound = max_n(method, self.rule_context(method))
+            bound = min(b for b in (entry.n_bound(), rule_bound) if b is not None)
+            for i, curve in enumerate(entry.acceptance_curves):
+                past = [n for n in curve.acceptance_length_by_n if n > bound]
+                if past:
+                    raise ValueError(
+                        f"methods.{method}.acceptance_curves.{i}.acceptance_length_by_n: "
+                        f"N={past[0]} is past the method's bound N <= {bound}"
+                    )
+        return self
 
     def rule_context(self, method: str, platform: str | None = None) -> RuleContext:
         entry = self.methods.get(method)  # type: ignore[call-overload]
@@ -120,11 +201,29 @@ def detected_device_key() -> str | None:
 @functools.cache
 def load_catalog() -> Catalog:
     """The catalog shipped with the package (cached)."""
-    text = resources.files("autotune.catalog").joinpath("models.yaml").read_text()
+    return parse_catalog(resources.files("autotune.catalog").joinpath("models.yaml").read_text())
+
+
+def parse_catalog(text: str, source: str = _SOURCE) -> Catalog:
+    """A catalog from YAML text; SpecError (one line: the file, the field, what is wrong)."""
     try:
         loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: fast read-only commands
         return Catalog.model_validate(yaml.load(text, Loader=loader))
     except ValidationError as exc:  # a packaging bug, but say where
         err = exc.errors()[0]
         loc = ".".join(str(p) for p in err["loc"])
-        raise SpecError(err["msg"], source="autotune/catalog/models.yaml", field=loc) from None
+        msg = err["msg"].removeprefix("Value error, ")
+        raise SpecError(" ".join(msg.split()), source=source, field=loc) from None
+
+
+def acceptance_curves(model: str, alias: str | None = None) -> dict[str, list[AcceptanceCurve]]:
+    """The published curves by method for a catalog model (its alias, any name the catalog
+    resolves, or its target's HF id); empty for a model the catalog does not hold."""
+    catalog = load_catalog()
+    found = (catalog.resolve(alias) if alias else None) or catalog.resolve(model)
+    found = found or catalog.find_by_model(model)
+    if found is None:
+        return {}
+    return {
+        m: list(e.acceptance_curves) for m, e in found[1].methods.items() if e.acceptance_curves
+    }

@@ -9,7 +9,8 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from autotune.spec.catalog import Catalog, load_catalog
+from autotune.errors import SpecError
+from autotune.spec.catalog import Catalog, acceptance_curves, load_catalog, parse_catalog
 from autotune.spec.methods import METHODS, RuleContext, check
 from autotune.spec.published import (
     PublishedResult,
@@ -204,3 +205,53 @@ def test_best_prior_on_the_shipped_file_returns_the_maximum() -> None:
 def test_rule_context_carries_the_catalog_facts() -> None:
     ctx = CATALOG.models["qwen"].rule_context("dflash", "rocm")
     assert ctx == RuleContext(mtp_layers=1, block_size=16, mla_attention=False, platform="rocm")
+
+
+# --- published acceptance curves ------------------------------------------------------------
+
+
+def test_kimi_eagle3_carries_the_cited_inferencex_curves() -> None:
+    curves = CATALOG.models["kimi"].methods["eagle3"].acceptance_curves
+    assert [c.condition.split(",")[0] for c in curves] == ["thinking off", "thinking on"]
+    off, on = curves
+    # Copied from golden_al_distribution/kimik2.5_eagle3.yaml at the cited commit, N <= n_max.
+    assert off.acceptance_length_by_n == {
+        1: 1.80, 2: 2.33, 3: 2.75, 4: 3.06, 5: 3.25, 6: 3.43, 7: 3.46
+    }  # fmt: skip
+    assert on.acceptance_length_by_n[6] == 3.62 and on.acceptance_length_by_n[7] == 3.71
+    for c in curves:
+        assert (c.repository, c.path) == (
+            "SemiAnalysisAI/InferenceX",
+            "golden_al_distribution/kimik2.5_eagle3.yaml",
+        )
+        assert c.commit and c.commit in c.source and c.source.startswith("https://github.com/")
+    # Found by alias, extra name and HF id; models without curves have none.
+    assert acceptance_curves("moonshotai/Kimi-K2.5") == acceptance_curves("kimi-k2.5")
+    assert set(acceptance_curves("kimi")) == {"eagle3"}
+    assert acceptance_curves("tiny") == {} and acceptance_curves("org/unknown") == {}
+
+
+@pytest.mark.parametrize(
+    ("curve", "field", "says"),
+    [
+        ({8: 3.5}, "models.kimi", "N=8 is past the method's bound N <= 7"),
+        ({1: 0.5}, "acceptance_length_by_n.1", "greater than or equal to 1"),
+        ({0: 1.5}, "acceptance_length_by_n.0", "greater than or equal to 1"),
+        ({16: 3.0}, "acceptance_length_by_n.16", "less than or equal to 15"),
+        ({2: 3.5}, "models.kimi.methods.eagle3.acceptance_curves.0", "more than N + 1"),
+        ({2: float("nan")}, "acceptance_length_by_n.2", "finite number"),
+    ],
+)
+def test_a_bad_curve_is_one_line_naming_the_file_and_field(
+    curve: dict[int, float], field: str, says: str
+) -> None:
+    raw = _raw("models.yaml")
+    assert isinstance(raw, dict)
+    raw["models"]["kimi"]["methods"]["eagle3"]["acceptance_curves"][0]["acceptance_length_by_n"] = (
+        curve
+    )
+    with pytest.raises(SpecError) as err:
+        parse_catalog(yaml.safe_dump(raw), source="autotune/catalog/models.yaml")
+    text = str(err.value)
+    assert "\n" not in text and text.startswith("autotune/catalog/models.yaml: models.kimi")
+    assert field in text and says in text, text

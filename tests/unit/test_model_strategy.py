@@ -12,7 +12,8 @@ import pytest
 from autotune import api
 from autotune.engine.landscape import LandscapePoint, read_landscape, write_landscape
 from autotune.search.bench import study_from_landscape
-from autotune.search.model_strategy import _Run, _step_floor
+from autotune.search.model_strategy import _Run, _step_floor, prior_anchor_n
+from autotune.spec.catalog import AcceptanceCurve, acceptance_curves
 from autotune.spec.methods import METHODS
 from autotune.store import Store
 
@@ -27,6 +28,7 @@ def toy_landscape(
     skip_n: Sequence[int] = (),
     repeats: int = 2,
     trajectory: float = 0.0,
+    model: str = "org/toy",
 ) -> Path:
     """eagle3 N = 1..len(acceptance) at c = 1 and 4, identical repeats, 30 s starts.
 
@@ -45,7 +47,7 @@ def toy_landscape(
             for r in range(repeats):
                 points.append(
                     LandscapePoint(
-                        model="org/toy",
+                        model=model,
                         workload="code",
                         method="eagle3" if n else "none",
                         draft=DRAFT if n else None,
@@ -238,3 +240,53 @@ def test_a_smaller_n_that_accepts_more_than_the_prefix_is_measured(tmp_path: Pat
         answer = api.recommend(store, "org/toy", "code", c).choice.best.num_speculative_tokens
         # Within the choosing rule's 1 % tie (which prefers the smaller N) of the true best.
         assert by_n[answer] >= by_n[best_n] * 0.99, (c, answer, best_n)
+
+
+def _curve(by_n: dict[int, float]) -> AcceptanceCurve:
+    return AcceptanceCurve(
+        acceptance_length_by_n=by_n,
+        workload="code",
+        dataset="x",
+        measured="x",
+        source="https://example.org",
+    )
+
+
+def test_prior_anchor_n_is_where_the_published_curve_levels_off():
+    # DeepSeek-V4-Pro DSpark (InferenceX): peaks at N = 6, falls by N = 8.
+    dspark = _curve({1: 1.84, 2: 2.51, 3: 3.01, 4: 3.36, 5: 3.61, 6: 3.77, 7: 3.73, 8: 3.47})
+    assert prior_anchor_n([dspark], range(1, 9)) == 6
+    # Its MTP plateaus from N = 4 (gains 0.05 and less past N = 3).
+    mtp = _curve({1: 1.79, 2: 2.27, 3: 2.49, 4: 2.54, 5: 2.55, 6: 2.55, 7: 2.54, 8: 2.58})
+    assert prior_anchor_n([mtp], range(1, 9)) == 3
+    # Several curves: the largest answer; a curve still growing at its end says nothing.
+    assert prior_anchor_n([mtp, dspark], range(1, 9)) == 6
+    assert prior_anchor_n([_curve({3: 3.6, 7: 5.6})], range(1, 9)) is None
+    assert prior_anchor_n([dspark], [10, 11]) is None
+    assert prior_anchor_n([], range(1, 9)) is None
+
+
+def test_a_published_curve_orders_the_first_batch_only(tmp_path: Path):
+    # The same measured landscape under the catalog's Kimi-K2.5 (whose eagle3 entry carries
+    # InferenceX's curves, levelling off past N = 6) and under a model with no curve.
+    kimi = acceptance_curves("moonshotai/Kimi-K2.5")["eagle3"]
+    assert prior_anchor_n(kimi, range(1, 8)) == 6
+    acceptance = [0.9, 0.8, 0.5, 0.2, 0.1, 0.05, 0.02]
+    answers = {}
+    for model in ("org/toy", "moonshotai/Kimi-K2.5"):
+        land = toy_landscape(tmp_path / f"{model[:3]}.csv", acceptance, 0.0015, model=model)
+        store = Store(str(tmp_path / f"{model[:3]}.db"))
+        data = study_from_landscape(land, "toy", sampler="model", seed=0)
+        api.create_study(store, data=data, source=str(land))
+        api.run_study(store, "toy")
+        trials = store.trials(store.get_study("toy"))
+        first = [t.num_speculative_tokens for t in trials][:2]
+        assert first == ([0, 6] if model.startswith("moonshotai") else [0, 7]), model
+        # Never a measurement: every stored acceptance length is the landscape's.
+        truth = {p.num_speculative_tokens: p.mean_acceptance_length for p in read_landscape(land)}
+        for r in store.measurements(study="toy"):
+            assert r.mean_acceptance_length == pytest.approx(truth[r.num_speculative_tokens])
+        answers[model] = {
+            c: api.recommend(store, model, "code", c).choice.best.num_speculative_tokens for c in T0
+        }
+    assert answers["moonshotai/Kimi-K2.5"] == answers["org/toy"] == {1: 3, 4: 3}

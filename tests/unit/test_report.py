@@ -345,6 +345,7 @@ def test_report_command_json(filled):
     assert data["study"] == STUDY and len(data["summary"]) == 42
     off = [s for s in data["summary"] if s["config"] == "off"]
     assert all(s["speculative_config"] is None and s["speedup"] == 1.0 for s in off)
+    assert data["published_acceptance"] is None  # the catalog cites no curve for tiny
 
 
 def test_report_command_errors(filled, tmp_path: Path):
@@ -430,3 +431,72 @@ def test_a_replayed_study_has_no_trade_off(filled):
     assert code == 0 and json.loads(out)["trade_off"] == []
     code, out, _ = run_cli(db, "report", STUDY)
     assert "p99 TPOT" not in out
+
+
+# --- published vs measured acceptance ------------------------------------------------------
+
+
+def test_report_shows_published_beside_measured_acceptance(tmp_path: Path):
+    """A replayed study of a catalog model with a cited curve (Kimi-K2.5's eagle3, InferenceX):
+    text, JSON and HTML show each N's published AL next to the measured one."""
+    from autotune.engine.landscape import LandscapePoint
+    from autotune.engine.landscape import write_landscape as write_points
+    from autotune.search.bench import study_from_landscape
+
+    acc = (0.8, 0.6, 0.4)
+    points = [
+        LandscapePoint(
+            model="moonshotai/Kimi-K2.5",
+            workload="code",
+            method="eagle3" if n else "none",
+            draft="lightseekorg/kimi-k2.5-eagle3" if n else None,
+            num_speculative_tokens=n,
+            concurrency=1,
+            repeat=r,
+            output_throughput_tok_s=100.0 * (1 + sum(acc[:n])) / (1 + 0.2 * n),
+            mean_acceptance_length=1 + sum(acc[:n]) if n else None,
+            acceptance_per_pos=acc[:n],
+            engine_start_s=30.0,
+            measure_s=5.0,
+        )
+        for n in range(4)
+        for r in range(2)
+    ]
+    land = tmp_path / "kimi.csv"
+    write_points(land, points)
+    store = Store(str(tmp_path / "k.db"))
+    data = study_from_landscape(land, "kimi-replay", sampler="grid", seed=0)
+    api.create_study(store, data=data, source=str(land))
+    api.run_study(store, "kimi-replay")
+    db = tmp_path / "k.db"
+
+    code, out, err = run_cli(db, "report", "kimi-replay", "--html", str(tmp_path / "k.html"))
+    assert code == 0, err
+    section = out.split("published vs measured acceptance length", 1)[1].splitlines()
+    assert section[1].split() == [
+        "method", "N", "published", "1", "published", "2", "measured", "code"
+    ]  # fmt: skip
+    assert section[2].split()[0] == "eagle3"
+    lines = [ln.split() for ln in section[2:]]
+    by_n = {int(ln[-4]): ln[-3:] for ln in lines if len(ln) >= 4 and ln[-4].isdigit()}
+    assert by_n[1] == ["1.80", "1.83", "1.80"]  # published 1.80 / 1.83, measured 1 + 0.8
+    assert by_n[3] == ["2.75", "2.88", "2.80"]
+    assert by_n[7] == ["3.46", "3.71", "-"]  # published, never measured here
+    assert "SemiAnalysisAI/InferenceX golden_al_distribution/kimik2.5_eagle3.yaml @ ab51b06" in out
+
+    code, out, _ = run_cli(db, "report", "kimi-replay", "--json")
+    assert code == 0
+    pub = json.loads(out)["published_acceptance"]
+    assert pub["model"] == "moonshotai/Kimi-K2.5"
+    row = next(r for r in pub["rows"] if r["num_speculative_tokens"] == 2)
+    assert row == {
+        "method": "eagle3",
+        "num_speculative_tokens": 2,
+        "published": [2.33, 2.43],
+        "measured": {"code": pytest.approx(2.4)},
+    }
+    (curve, _) = pub["curves"]["eagle3"]
+    assert curve["commit"] == "ab51b0612d3aec25a08196505334848b83987a45"
+
+    page = (tmp_path / "k.html").read_text()
+    assert "Published vs measured acceptance length" in page and "<td>3.46</td>" in page
