@@ -227,3 +227,19 @@ def test_devices_and_weights_are_read_without_a_network(offline_cpu: Path) -> No
     assert "1 of 2 weight files" in partial.detail
     (snap / "model-2.safetensors").write_bytes(b"")
     assert locate_weights("acme/model").state == "cached"
+
+
+def test_a_real_study_is_estimated_from_the_stores_finished_configs(
+    autotune, db_path: Path
+) -> None:
+    """No landscape: the estimate is the median engine-seconds of this model's finished engine
+    configs in the store (here those a replay of the recorded tiny sweep stored)."""
+    land = REPO / "bench" / "landscapes" / "cpu-tiny-llama.csv"
+    assert autotune("study", "create", "--landscape", str(land), "--name", "rep").exit_code == 0
+    assert autotune("study", "run", "rep", "--max-configs", "3", "-q").exit_code == 0
+    store_study(db_path, STUDIES / "tiny-cpu.yaml")
+    store = Store(str(db_path))
+    seconds = sorted(t.engine_seconds for t in store.trials(store.get_study("rep")))
+    data = json.loads(autotune("study", "run", "tiny-cpu", "--dry-run", "--json").stdout)
+    assert data["estimate_basis"].startswith("the median of 3 finished engine configs")
+    assert data["engine_hours"] == pytest.approx(seconds[1] * 13 / 3600, abs=0.01)
