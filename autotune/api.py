@@ -26,6 +26,7 @@ from autotune.spec.study import ReplayEngineSpec, StudySpec, VLLMEngineSpec
 if TYPE_CHECKING:
     # Imported where used: SQLAlchemy costs a read-only command ~0.2 s, and a published answer
     # (recommend on a fresh install) never needs it.
+    from autotune.search.preflight import Preflight
     from autotune.store import MeasurementRecord, Store, StudyRecord, TrialRecord
 
 
@@ -223,6 +224,9 @@ def run_study(
     check_lease_ttl(ttl_s)
     record = store.get_study(name)
     resolved = ResolvedStudy.from_json(record.resolved_json)
+    from autotune.search.preflight import refuse
+
+    refuse(resolved, name, ray_address)  # what cannot work stops here: nothing written
     factory = _pool_factory(
         resolved,
         record,
@@ -242,6 +246,29 @@ def run_study(
         store.check_lease()
         save_recommendations(store, record)
     return summary
+
+
+def preflight_study(
+    store: Store,
+    name: str,
+    *,
+    ray_address: str | None = None,
+    num_gpus: int | None = None,
+    max_engines: int | None = None,
+    check_hub: bool = False,
+) -> Preflight:
+    """``study run --dry-run``: the next run's plan and what would stop it (``.problems``),
+    without starting anything or writing; the hub is asked only with ``check_hub``."""
+    from autotune.search.preflight import preflight
+
+    return preflight(
+        store,
+        store.get_study(name),
+        ray_address=ray_address,
+        num_gpus=num_gpus,
+        max_engines=max_engines,
+        check_hub_now=check_hub,
+    )
 
 
 def _pool_factory(

@@ -337,6 +337,26 @@ def delete(ctx: Context, name: str, yes: bool) -> None:
 
 def _run_options(f: Any) -> Any:
     f = click.option(
+        "--json",
+        "as_json",
+        is_flag=True,
+        help="With --dry-run: print the plan as JSON.",
+    )(f)
+    f = click.option(
+        "--check-hub",
+        is_flag=True,
+        help="With --dry-run: ask the Hugging Face hub (a network request) whether the weights "
+        "not cached here can be downloaded [default: not asked; HF_HUB_OFFLINE=1 means offline].",
+    )(f)
+    f = click.option(
+        "--dry-run",
+        is_flag=True,
+        help="Print the plan and start nothing: the engine configs the strategy starts first, "
+        "GPUs or cores per engine, which weights are local and which would be downloaded, the "
+        "hub, and the estimated engine-hours against the budget. Exit 0: it can run; 1: it "
+        "cannot (the reasons are printed).",
+    )(f)
+    f = click.option(
         "--ray-address",
         metavar="ADDR",
         default=None,
@@ -429,9 +449,20 @@ def _run(
     replay_time_scale: float | None,
     wait: bool = False,
     lease_ttl: float | None = None,
+    dry_run: bool = False,
+    check_hub: bool = False,
+    as_json: bool = False,
 ) -> None:
     from autotune import api
     from autotune.cli.progress import make_reporter
+
+    if dry_run:
+        _dry_run(ctx, name, ray_address, num_gpus, max_engines, check_hub, as_json)
+        return
+    if check_hub or as_json:
+        from autotune.errors import SpecError
+
+        raise SpecError("--check-hub and --json go with --dry-run", source=f"study run {name}")
 
     engine_logging_as_user_set()
     if not verbose:
@@ -470,6 +501,14 @@ def _run(
             err=True,
         )
         raise click.exceptions.Exit(143 if sigterm else 130) from None
+    if summary.baseline_failure is not None:
+        from autotune.errors import AutotuneError
+
+        raise AutotuneError(
+            f"study {name!r} stopped: the baseline could not start ({summary.baseline_failure}); "
+            "no other config is started without it (autotune study show "
+            f"{shlex.quote(name)} lists the trials)"
+        )
     click.echo(
         f"{summary.trials_run} engine configs measured, {summary.trials_failed} failed, "
         f"{summary.measurements} measurements, {summary.engine_seconds:,.0f} engine-seconds"
@@ -492,6 +531,35 @@ def _run(
             # (its password masked: the user has it, the terminal's scrollback need not)
             shown = shlex.quote(store.shown_url) if ctx.db else None
             note(line.replace("autotune ", f"autotune --db {shown} ", 1) if shown else line)
+
+
+def _dry_run(
+    ctx: Context,
+    name: str,
+    ray_address: str | None,
+    num_gpus: int | None,
+    max_engines: int | None,
+    check_hub: bool,
+    as_json: bool,
+) -> None:
+    """`study run --dry-run`: the plan on stdout; exit 1 when it shows the run cannot work."""
+    from autotune import api
+
+    plan = api.preflight_study(
+        ctx.store(),
+        name,
+        ray_address=ray_address,
+        num_gpus=num_gpus,
+        max_engines=max_engines,
+        check_hub=check_hub,
+    )
+    if as_json:
+        echo_json(plan.to_json())
+    else:
+        for line in plan.lines():
+            click.echo(line)
+    if not plan.ok:
+        raise click.exceptions.Exit(1)
 
 
 class Terminated(KeyboardInterrupt):
@@ -574,6 +642,9 @@ def run(
     replay_time_scale: float | None,
     wait: bool,
     lease_ttl: float | None,
+    dry_run: bool,
+    check_hub: bool,
+    as_json: bool,
 ) -> None:
     """Measure a study's engine configs until its space or budget is exhausted.
 
@@ -585,8 +656,14 @@ def run(
     otherwise); the summary goes to stdout; Ray's and the libraries' notices only with
     --verbose.
 
+    --dry-run prints the plan and starts nothing. A real run refuses up front (one line,
+    exit 2, nothing written) what the dry run shows cannot work: a GPU study on a machine
+    without GPUs and without --ray-address, weights neither local nor downloadable
+    (HF_HUB_OFFLINE). A baseline that cannot start ends the run.
+
     \b
     Example:
+      autotune study run tiny-cpu --dry-run
       autotune study run tiny-cpu
       autotune study run kimi-k2.5 --ray-address auto
     """
@@ -603,6 +680,9 @@ def run(
         replay_time_scale=replay_time_scale,
         wait=wait,
         lease_ttl=lease_ttl,
+        dry_run=dry_run,
+        check_hub=check_hub,
+        as_json=as_json,
     )
 
 
@@ -623,6 +703,9 @@ def resume(
     replay_time_scale: float | None,
     wait: bool,
     lease_ttl: float | None,
+    dry_run: bool,
+    check_hub: bool,
+    as_json: bool,
 ) -> None:
     """Continue an interrupted study without re-measuring completed configs.
 
@@ -632,6 +715,7 @@ def resume(
     \b
     Example:
       autotune study resume tiny-cpu
+      autotune study resume tiny-cpu --dry-run --json
     """
     _run(
         ctx,
@@ -646,6 +730,9 @@ def resume(
         replay_time_scale=replay_time_scale,
         wait=wait,
         lease_ttl=lease_ttl,
+        dry_run=dry_run,
+        check_hub=check_hub,
+        as_json=as_json,
     )
 
 

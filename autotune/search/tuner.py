@@ -67,6 +67,7 @@ from autotune.search.strategy import (
 )
 from autotune.spec.labels import Labels
 from autotune.spec.loader import ResolvedStudy
+from autotune.spec.methods import BASELINE
 from autotune.store import MeasurementRecord, Store, StudyRecord
 
 
@@ -137,6 +138,9 @@ class RunSummary:
     engine_seconds: float = 0.0
     stop_reason: str = ""
     failures: list[tuple[str, str]] = field(default_factory=list)
+    baseline_failure: str | None = None
+    """Why the baseline could not start (this run or an earlier one): the run then stops, as
+    every other config would fail the same way or have nothing to be compared with."""
 
 
 @dataclass
@@ -214,6 +218,9 @@ class Tuner:
         try:
             while True:
                 self.store.check_lease()
+                if not stop and self.summary.baseline_failure is not None:
+                    why = self.summary.baseline_failure
+                    stop, status = f"the baseline could not start: {why}", "stopped: baseline"
                 if not stop:
                     stop, status = self._budget_hit(max_configs)
                 free = pool.slots - pool.busy
@@ -276,6 +283,8 @@ class Tuner:
             self.runs_of[t.config_key] += 1
             if self.runs_of[t.config_key] > 1:
                 continue  # the drift check's second baseline: the config's value is the first's
+            if t.state == "failed" and t.method == BASELINE and t.engine_start_s is None:
+                self.summary.baseline_failure = t.failure_reason or "unknown reason"
             self.done[t.config_key] = self._objective(rows[t.id]) if t.state == "complete" else None
             first_runs.append(t)
             if len(level_medians(rows[t.id])) == self._num_levels:
@@ -369,6 +378,13 @@ class Tuner:
         self._rows = None
         if not run.drift:
             self.done[key] = value
+        if (
+            reason is not None
+            and run.info is None
+            and run.config.method == BASELINE
+            and not run.drift
+        ):
+            self.summary.baseline_failure = reason
         if reason is not None:
             self.summary.trials_failed += 1
             self.summary.failures.append((run.config.label(self.labels), reason))
