@@ -53,7 +53,7 @@ def create_study(
     else:
         raise SpecError("give a study file or --model/--workload", source="study create")
     resolved = resolve_study(spec, source)
-    from autotune.recommend.validate import validate_study
+    from autotune.search.space import validate_study
 
     validate_study(resolved, source)  # vLLM's verdict now, so recommend never imports vLLM
     check_prompts(resolved)

@@ -607,54 +607,11 @@ SAFE_ENV = frozenset(
 """Variables (besides vLLM's own) that change no code the engine runs, only how it runs."""
 
 
-def vllm_env_names() -> frozenset[str]:
-    """The variables the installed vLLM reads (the keys of ``vllm/envs.py``'s
-    ``environment_variables``), parsed from its source without importing vLLM; empty when vLLM
-    is not installed."""
-    global _VLLM_ENV_NAMES
-    if _VLLM_ENV_NAMES is None:
-        _VLLM_ENV_NAMES = _read_vllm_env_names()
-    return _VLLM_ENV_NAMES
-
-
-_VLLM_ENV_NAMES: frozenset[str] | None = None
-
-
-def _read_vllm_env_names() -> frozenset[str]:
-    import ast
-
-    try:
-        spec = importlib.util.find_spec("vllm")
-    except (ImportError, ValueError):
-        return frozenset()
-    if spec is None or not spec.submodule_search_locations:
-        return frozenset()
-    source = Path(next(iter(spec.submodule_search_locations)), "envs.py")
-    try:
-        tree = ast.parse(source.read_text())
-    except (OSError, SyntaxError, ValueError):
-        return frozenset()
-    for node in tree.body:
-        target: ast.expr | None = node.target if isinstance(node, ast.AnnAssign) else None
-        if isinstance(node, ast.Assign) and len(node.targets) == 1:
-            target = node.targets[0]
-        value = getattr(node, "value", None)
-        if (
-            isinstance(target, ast.Name)
-            and target.id == "environment_variables"
-            and isinstance(value, ast.Dict)
-        ):
-            return frozenset(
-                k.value
-                for k in value.keys
-                if isinstance(k, ast.Constant) and isinstance(k.value, str)
-            )
-    return frozenset()
-
-
 def safe_env(name: str) -> bool:
     """Whether ``name`` may be set in ``model.env`` without consent: one of :data:`SAFE_ENV`,
     or a variable the installed vLLM reads that loads no code."""
+    from autotune.engine.vllm_checks import vllm_env_names
+
     if name in CODE_LOADING_ENV or name in VLLM_CODE_LOADING_ENV:
         return False
     return name in SAFE_ENV or name in vllm_env_names()
@@ -664,6 +621,7 @@ def check_engine_args(args: dict[str, Any], source: str) -> None:
     """Refuse engine args autotune sets itself, ``trust_remote_code`` (a top-level consent),
     values that are not plain JSON, and names that are not fields of vLLM's ``EngineArgs``."""
     from autotune.engine.vllm import RESERVED_ENGINE_ARGS
+    from autotune.engine.vllm_checks import vllm_engine_arg_names
 
     for key, value in args.items():
         field = f"model.engine_args.{key}"
@@ -698,24 +656,6 @@ def check_engine_args(args: dict[str, Any], source: str) -> None:
                     source=source,
                     field=f"model.engine_args.{key}",
                 )
-
-
-def vllm_engine_arg_names() -> frozenset[str] | None:
-    """The field names of the installed vLLM's ``AsyncEngineArgs`` (None: vLLM not installed,
-    e.g. a machine that only replays landscapes; the engine checks again when it starts)."""
-    global _ENGINE_ARG_NAMES
-    if _ENGINE_ARG_NAMES is None:
-        if importlib.util.find_spec("vllm") is None:
-            return None
-        import dataclasses
-
-        from vllm.engine.arg_utils import AsyncEngineArgs
-
-        _ENGINE_ARG_NAMES = frozenset(f.name for f in dataclasses.fields(AsyncEngineArgs))
-    return _ENGINE_ARG_NAMES
-
-
-_ENGINE_ARG_NAMES: frozenset[str] | None = None
 
 
 def _plain_json(value: Any, depth: int = 0) -> bool:
