@@ -176,7 +176,9 @@ def check(
         installed_vllm=gate.installed_vllm_version(),
         levels=[lv.concurrency for lv in rec.per_level],
     )
-    for line in api.verification_lines(ctx.store(), rec.study, workload):  # autotune verify
+    from autotune.verify import verification_lines
+
+    for line in verification_lines(ctx.store(), rec.study, workload):  # autotune verify
         click.echo(f"note: {line}", err=True)
     if not result.ok:
         raise gate.CheckFailed(result.reason)
@@ -198,11 +200,11 @@ def _check_measured(
     as_json: bool,
 ) -> None:
     """``check --measure`` (autotune.verify.remeasure): measured now, compared, stored."""
-    from autotune import api
     from autotune.recommend import check as gate
     from autotune.recommend.measured import failure_line, render
+    from autotune.verify import check_measured
 
-    result = api.check_measured(
+    result = check_measured(
         ctx.store(),
         model,
         workload,

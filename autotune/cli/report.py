@@ -130,7 +130,9 @@ def report(
         click.echo("")
         emit_table(front_table(rep.trade_off, rep.slo_text), fmt)
     if fmt != "tsv":
-        for line in rep.verified:  # autotune verify
+        from autotune.verify import verification_lines
+
+        for line in verification_lines(ctx.store(), study_name):  # autotune verify
             click.echo(line)
         for d in rep.drift:  # the drift check's two baseline runs
             click.echo(d.line(rep.precision_pct))
