@@ -1026,8 +1026,7 @@ def show_workload(name: str, tokenizer: str | None = None) -> WorkloadView:
 
 
 def _default_tokenizer() -> Any:
-    """The tiny CPU model's tokenizer, through the hook :mod:`autotune.testing` installs; None
-    (characters are counted instead) where that package is not importable."""
+    """The tiny CPU model's tokenizer (:func:`autotune.engine.default_tokenizer`)."""
     from autotune.engine import default_tokenizer
 
     return default_tokenizer()
