@@ -53,8 +53,10 @@ def create_study(
     else:
         raise SpecError("give a study file or --model/--workload", source="study create")
     resolved = resolve_study(spec, source)
+    from autotune.datasets._base import check_study_sources
     from autotune.search.space import validate_study
 
+    check_study_sources(resolved)  # exists, regular, UTF-8: now, not first at `run`
     validate_study(resolved, source)  # vLLM's verdict now, so recommend never imports vLLM
     check_prompts(resolved)
     resolved = build_context_buckets(resolved, source)

@@ -32,7 +32,8 @@ M = TypeVar("M", bound=BaseModel)
 _REPO_WORKLOADS = Path(__file__).resolve().parents[2] / "workloads"
 
 
-def _display(path: Path) -> str:
+def display_path(path: Path) -> str:
+    """``path`` relative to the working directory where it is under it (how errors name files)."""
     try:
         return str(path.resolve().relative_to(Path.cwd()))
     except ValueError:
@@ -47,7 +48,7 @@ def read_text_capped(path: Path, source: str, limit: int = MAX_SPEC_BYTES) -> st
 def load_yaml(path: Path) -> dict[str, Any]:
     """Parse a YAML mapping (bounded: ``autotune.spec.reading``); syntax errors name the file,
     line and column."""
-    source = _display(path)
+    source = display_path(path)
     data = parse_yaml(read_text_capped(path, source), source)
     if not isinstance(data, dict):
         raise SpecError("expected a mapping at the top level", source=source)
@@ -169,7 +170,7 @@ def list_workload_names() -> list[str]:
 def load_workload(name: str) -> tuple[WorkloadSpec, Path]:
     """The validated spec of a workload and the file it came from."""
     path = find_workload(name)
-    spec = validate(WorkloadSpec, load_yaml(path), _display(path))
+    spec = validate(WorkloadSpec, load_yaml(path), display_path(path))
     return spec, path
 
 
@@ -273,7 +274,7 @@ def current_platform() -> str:
 
 
 def load_study_file(path: Path) -> StudySpec:
-    return validate(StudySpec, load_yaml(path), _display(path))
+    return validate(StudySpec, load_yaml(path), display_path(path))
 
 
 def resolve_study(spec: StudySpec, source: str, platform: str | None = None) -> ResolvedStudy:
@@ -434,10 +435,6 @@ def resolve_study(spec: StudySpec, source: str, platform: str | None = None) -> 
                 if exc.source == "workloads":  # unknown name: point at the study's field
                     raise SpecError(exc.reason, source=source, field=f"workloads.{i}") from None
                 raise
-            # Its source file is checked now (exists, regular, UTF-8), not first at `run`.
-            from autotune.datasets._base import check_sources
-
-            check_sources(wspec, wpath.parent, _display(wpath))
             workloads[name] = ResolvedWorkload(spec=wspec, base_dir=str(wpath.parent.resolve()))
 
     _check_context_lengths(spec, engine_args, workloads, source)
