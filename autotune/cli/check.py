@@ -1,4 +1,8 @@
-"""``autotune check``: a CI gate on a deployed --speculative-config (exit 0 ok, 1 not)."""
+"""``autotune check``: a CI gate on a deployed --speculative-config (exit 0 ok, 1 not).
+
+``check --measure`` and the stored ``verify`` lines come from the :mod:`autotune.verify` entry
+points, called directly: ``verify`` is a client of :mod:`autotune.api`, which never imports it.
+"""
 
 from __future__ import annotations
 

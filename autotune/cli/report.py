@@ -1,4 +1,8 @@
-"""``autotune report``: a study's measurements as a table, plots (PNG/HTML) and CSV/Parquet."""
+"""``autotune report``: a study's measurements as a table, plots (PNG/HTML) and CSV/Parquet.
+
+The stored ``verify`` lines come from :func:`autotune.verify.verification_lines`, called
+directly: ``verify`` is a client of :mod:`autotune.api`, which never imports it.
+"""
 
 from __future__ import annotations
 
