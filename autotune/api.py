@@ -54,8 +54,10 @@ def create_study(
     else:
         raise SpecError("give a study file or --model/--workload", source="study create")
     resolved = resolve_study(spec, source)
-    from autotune.recommend.validate import validate_study
+    from autotune.datasets._base import check_study_sources
+    from autotune.search.space import validate_study
 
+    check_study_sources(resolved)  # exists, regular, UTF-8: now, not first at `run`
     validate_study(resolved, source)  # vLLM's verdict now, so recommend never imports vLLM
     check_prompts(resolved)
     resolved = build_context_buckets(resolved, source)
@@ -147,7 +149,7 @@ def create_replay_study(
 ) -> Created:
     """A study that replays a recorded sweep (docs/landscapes.md): the landscape's model,
     workloads, concurrency levels, methods and N ranges, on the ``replay`` engine."""
-    from autotune.search.bench import study_from_landscape
+    from autotune.search.landscape_study import study_from_landscape
 
     data = study_from_landscape(landscape, name, sampler=sampler, repeats=repeats)
     return create_study(store, data=data, source=str(landscape), replace=replace)
@@ -1053,8 +1055,7 @@ def show_workload(name: str, tokenizer: str | None = None) -> WorkloadView:
 
 
 def _default_tokenizer() -> Any:
-    """The tiny CPU model's tokenizer, through the hook :mod:`autotune.testing` installs; None
-    (characters are counted instead) where that package is not importable."""
+    """The tiny CPU model's tokenizer (:func:`autotune.engine.default_tokenizer`)."""
     from autotune.engine import default_tokenizer
 
     return default_tokenizer()
@@ -1093,8 +1094,6 @@ class StudyReport:
     written: list[Path]
     notes: tuple[str, ...] = ()
     """Lines for stderr: how much of a partial study was measured."""
-    verified: tuple[str, ...] = ()
-    """One line per stored ``autotune verify`` of the study (newest per workload and mode)."""
     trade_off: Any = None
     """pandas.DataFrame, per level every config's tok/s vs p99 latencies, goodput, SLO and
     Pareto-front flags (:func:`autotune.report.tradeoff.trade_off_frame`; empty without
@@ -1149,7 +1148,6 @@ def report_study(
     record = store.get_study(name)
     cov = coverage(store, record) if record.status != FINISHED else None
     notes = () if cov is None or cov.exhausted else (cov.line(name),)
-    verified = tuple(verification_lines(store, record))
     from autotune.recommend.choose import DEFAULT_PRECISION_PCT, baseline_drift
     from autotune.report.tradeoff import slo_of, trade_off_frame
 
@@ -1166,7 +1164,6 @@ def report_study(
         summary,
         written,
         notes,
-        verified,
         trade_off_frame(df),
         slo_text,
         drift,
@@ -1203,165 +1200,6 @@ def list_workloads() -> list[dict[str, Any]]:
             }
         )
     return rows
-
-
-def verify(
-    store: Store,
-    model: str,
-    workload: str,
-    *,
-    study: str | None = None,
-    dsd: bool = False,
-    tolerance_pct: float = 10.0,
-    repeats: int = 1,
-    workdir: Path | None = None,
-    progress: Callable[[str], None] | None = None,
-) -> Any:
-    """Serve the recommendation (or, ``dsd``, its Dynamic SD table) with ``vllm serve``, measure
-    it and its reference with ``vllm bench serve`` at each of the study's concurrency levels,
-    store the comparison with the study and return it (``autotune.verify.compare.Verification``;
-    ``.passed`` is False when a level's server-path speedup differs from the study's by more
-    than ``tolerance_pct`` percent)."""
-    from autotune.verify.run import verify as run_verify
-
-    return run_verify(
-        store,
-        model,
-        workload,
-        study=study,
-        dsd=dsd,
-        tolerance=tolerance_pct / 100.0,
-        repeats=repeats,
-        workdir=workdir,
-        progress=progress,
-    )
-
-
-def verifications(store: Store, study: StudyRecord, workload: str | None = None) -> list[Any]:
-    """The newest stored verification per (workload, mode) of a study, as
-    ``(created_at, Verification)`` pairs (shown by ``report`` and ``check``)."""
-    from autotune.verify.run import latest
-
-    return latest(store, study, workload)
-
-
-def verification_lines(
-    store: Store, study: StudyRecord | str, workload: str | None = None
-) -> list[str]:
-    """One line per stored verification (newest per workload and mode), for ``report``/``check``."""
-    from autotune.verify.compare import summary_line
-
-    record = store.get_study(study) if isinstance(study, str) else study
-    return [
-        summary_line(v, f"{when:%Y-%m-%d %H:%M}")
-        for when, v in verifications(store, record, workload)
-    ] + check_history_lines(store, record, workload)
-
-
-def check_history_lines(store: Store, study: StudyRecord, workload: str | None = None) -> list[str]:
-    """One line per stored ``check --measure`` of a study, oldest first: its history across
-    vLLM versions (shown by ``report`` and ``check``)."""
-    from autotune.recommend.measured import history_line
-    from autotune.verify.remeasure import history
-
-    return [
-        history_line(f"{when:%Y-%m-%d %H:%M}", data)
-        for when, data in history(store, study, workload)
-    ]
-
-
-def check_measured(
-    store: Store,
-    model: str,
-    workload: str,
-    deployed: dict[str, Any] | None,
-    *,
-    study: str | None = None,
-    concurrency: int | None = None,
-    tolerance_pct: float = 1.0,
-    acceptance_tolerance_pct: float = 5.0,
-    speedup_tolerance_pct: float | None = None,
-    acceptance_only: bool = False,
-    progress: Callable[[str], None] | None = None,
-) -> Any:
-    """``check --measure``: start the deployed config (and the baseline, unless
-    ``acceptance_only``) on the study's prompts and protocol on the installed vLLM, compare its
-    acceptance (within ``acceptance_tolerance_pct``) and speedup (against the study's
-    start-to-start noise) with the study's, store the result with its vLLM version and return it
-    (``autotune.recommend.measured.MeasuredCheck``; ``.passed``)."""
-    from autotune.verify.remeasure import check_measured as run_check
-
-    return run_check(
-        store,
-        model,
-        workload,
-        deployed,
-        study=study,
-        concurrency=concurrency,
-        tolerance_pct=tolerance_pct,
-        acceptance_tolerance=acceptance_tolerance_pct / 100.0,
-        speedup_tolerance_pct=speedup_tolerance_pct,
-        acceptance_only=acceptance_only,
-        progress=progress,
-    )
-
-
-def observe(
-    store: Store,
-    url: str,
-    *,
-    model: str,
-    workload: str,
-    config: dict[str, Any] | None = None,
-    study: str | None = None,
-    duration_s: float = 60.0,
-    interval_s: float = 1.0,
-    timeout_s: float = 5.0,
-) -> Any:
-    """``autotune observe``: read a live vLLM server's ``/metrics`` over a window and compare
-    with the study of (model, workload) (``autotune.observe.run.Observation``). Read-only."""
-    from autotune.observe.run import observe as run_observe
-
-    return run_observe(
-        store,
-        url,
-        model=model,
-        workload=workload,
-        config=config,
-        study=study,
-        duration_s=duration_s,
-        interval_s=interval_s,
-        timeout_s=timeout_s,
-    )
-
-
-@dataclass(frozen=True)
-class BenchResult:
-    """``autotune bench search``: every run, the per-strategy summaries, and the landscape's
-    grid and oracle engine-seconds."""
-
-    runs: list[dict[str, Any]]
-    summaries: list[Any]  # autotune.search.bench.StrategySummary
-    grid_engine_seconds: float
-    oracle_engine_seconds: float
-
-
-def bench_search(
-    landscape: Path,
-    strategies: Sequence[str] = (),
-    seeds: int = 3,
-    tolerance: float = 1.0,
-    jobs: int | None = None,
-) -> BenchResult:
-    """Replay ``landscape`` through the real tuner loop with each strategy (default: every
-    installed one) over ``seeds`` and score the engine-seconds each needed to reach
-    ``tolerance`` percent of every level's true best."""
-    from autotune.search.bench import available_strategies, grid_and_oracle, run_bench, summarize
-
-    chosen = list(strategies) or available_strategies()
-    runs = run_bench(landscape, chosen, seeds, tolerance, jobs=jobs)
-    grid_s, oracle_s = grid_and_oracle(landscape)
-    return BenchResult(runs, summarize(runs), grid_s, oracle_s)
 
 
 def create_quick_study(

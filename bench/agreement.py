@@ -184,10 +184,10 @@ def fidelity(
 ) -> list[dict[str, Any]]:
     """`autotune verify` on the second study: its drafter (or, when it answers off, its best
     drafter) and the baseline through vllm serve + vllm bench serve."""
-    from autotune import api
+    from autotune.verify import verify
 
     model = data["model"]["name"]
-    v = api.verify(
+    v = verify(
         store,
         model,
         result["workload"],

@@ -1,4 +1,9 @@
-"""``autotune bench ...``: benchmark the search strategies on recorded landscapes."""
+"""``autotune bench ...``: benchmark the search strategies on recorded landscapes.
+
+The benchmark is a client of :mod:`autotune.api` (it creates and runs real studies through the
+facade), so this command calls :func:`autotune.search.bench.bench_search` directly; the facade
+never imports the benchmark.
+"""
 
 from __future__ import annotations
 
@@ -86,9 +91,9 @@ def search(
           --strategy model --strategy grid --strategy tpe --seeds 3
       autotune bench search --landscape L.csv --tolerance 3 --json
     """
-    from autotune import api
+    from autotune.search.bench import bench_search
 
-    result = api.bench_search(landscape, strategies, seeds, tolerance, jobs=jobs)
+    result = bench_search(landscape, strategies, seeds, tolerance, jobs=jobs)
     if as_json:
         for r in result.runs:
             click.echo(json.dumps(r))

@@ -1,4 +1,8 @@
-"""``autotune check``: a CI gate on a deployed --speculative-config (exit 0 ok, 1 not)."""
+"""``autotune check``: a CI gate on a deployed --speculative-config (exit 0 ok, 1 not).
+
+``check --measure`` and the stored ``verify`` lines come from the :mod:`autotune.verify` entry
+points, called directly: ``verify`` is a client of :mod:`autotune.api`, which never imports it.
+"""
 
 from __future__ import annotations
 
@@ -176,7 +180,9 @@ def check(
         installed_vllm=gate.installed_vllm_version(),
         levels=[lv.concurrency for lv in rec.per_level],
     )
-    for line in api.verification_lines(ctx.store(), rec.study, workload):  # autotune verify
+    from autotune.verify import verification_lines
+
+    for line in verification_lines(ctx.store(), rec.study, workload):  # autotune verify
         click.echo(f"note: {line}", err=True)
     if not result.ok:
         raise gate.CheckFailed(result.reason)
@@ -198,11 +204,11 @@ def _check_measured(
     as_json: bool,
 ) -> None:
     """``check --measure`` (autotune.verify.remeasure): measured now, compared, stored."""
-    from autotune import api
     from autotune.recommend import check as gate
     from autotune.recommend.measured import failure_line, render
+    from autotune.verify import check_measured
 
-    result = api.check_measured(
+    result = check_measured(
         ctx.store(),
         model,
         workload,

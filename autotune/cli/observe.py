@@ -1,4 +1,9 @@
-"""``autotune observe``: a running vLLM server's /metrics beside the study (read-only)."""
+"""``autotune observe``: a running vLLM server's /metrics beside the study (read-only).
+
+``observe`` is a client of :mod:`autotune.api` (it asks the facade for the study's
+recommendation), so this command calls :func:`autotune.observe.run.observe` directly; the facade
+never imports ``autotune.observe``.
+"""
 
 from __future__ import annotations
 
@@ -101,14 +106,14 @@ def observe(
           --config '{"method": "eagle3", "model": "...", "num_speculative_tokens": 4}' \\
           --duration 300 --interval 2 --json
     """
-    from autotune import api
+    from autotune.observe.run import observe as observe_server
 
     config = None
     if config_arg is not None:
         from autotune.recommend.normalize import parse_config_text, read_config_arg
 
         config = parse_config_text(*read_config_arg(config_arg)) or {}
-    result = api.observe(
+    result = observe_server(
         ctx.store(),
         url,
         model=model,

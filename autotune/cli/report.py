@@ -1,4 +1,8 @@
-"""``autotune report``: a study's measurements as a table, plots (PNG/HTML) and CSV/Parquet."""
+"""``autotune report``: a study's measurements as a table, plots (PNG/HTML) and CSV/Parquet.
+
+The stored ``verify`` lines come from :func:`autotune.verify.verification_lines`, called
+directly: ``verify`` is a client of :mod:`autotune.api`, which never imports it.
+"""
 
 from __future__ import annotations
 
@@ -134,7 +138,9 @@ def report(
         click.echo("")
         emit_table(front_table(rep.trade_off, rep.slo_text), fmt)
     if fmt != "tsv":
-        for line in rep.verified:  # autotune verify
+        from autotune.verify import verification_lines
+
+        for line in verification_lines(ctx.store(), study_name):  # autotune verify
             click.echo(line)
         for d in rep.drift:  # the drift check's two baseline runs
             click.echo(d.line(rep.precision_pct))

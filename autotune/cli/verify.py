@@ -1,5 +1,10 @@
 """``autotune verify``: the recommendation through ``vllm serve`` and ``vllm bench serve``,
-compared with the study (exit 0 within tolerance, 1 not)."""
+compared with the study (exit 0 within tolerance, 1 not).
+
+``verify`` is a client of :mod:`autotune.api` (it asks the facade for the recommendation it
+serves), so this command calls the :mod:`autotune.verify` entry point directly; the facade never
+imports ``autotune.verify``.
+"""
 
 from __future__ import annotations
 
@@ -85,10 +90,10 @@ def verify(
       autotune verify --model tiny --workload code
       autotune verify --model tiny --workload code --dsd --tolerance 15
     """
-    from autotune import api
+    from autotune.verify import verify as verify_recommendation
     from autotune.verify.compare import render
 
-    result = api.verify(
+    result = verify_recommendation(
         ctx.store(),
         model,
         workload,

@@ -11,12 +11,15 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from autotune.engine._base import ChatMessage
 from autotune.errors import SpecError
 from autotune.spec.reading import MAX_SOURCE_BYTES, check_size, check_text_file
 from autotune.spec.workload import WorkloadSpec
+
+if TYPE_CHECKING:
+    from autotune.spec.loader import ResolvedStudy
 
 MAX_TOKENS_LIMIT = 65_536
 """Upper bound of a per-prompt output length, the same as ``WorkloadSpec.max_tokens``'s."""
@@ -80,6 +83,16 @@ def check_sources(spec: WorkloadSpec, base_dir: Path, origin: str) -> None:
     if isinstance(path, str):
         ctx = LoadContext(spec, base_dir, origin)
         check_source_file(ctx.resolve(path), ctx, decode=True)
+
+
+def check_study_sources(resolved: ResolvedStudy) -> None:
+    """At ``study create``: :func:`check_sources` for every workload file of the study (a
+    replayed landscape has none), so a bad source fails before anything is stored."""
+    from autotune.spec.loader import display_path, find_workload
+
+    for name, workload in resolved.workloads.items():
+        path = find_workload(name)
+        check_sources(workload.spec, path.parent, display_path(path))
 
 
 def cache_dir() -> Path:

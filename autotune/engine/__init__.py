@@ -15,7 +15,7 @@ from autotune.engine._base import (
     PreparedWorkload,
     Prompt,
 )
-from autotune.engine.models import default_tokenizer, register_model_refs, resolve_model
+from autotune.engine.models import default_tokenizer, resolve_model
 
 __all__ = [
     "Engine",
@@ -27,7 +27,6 @@ __all__ = [
     "Prompt",
     "create_engine",
     "default_tokenizer",
-    "register_model_refs",
     "resolve_model",
 ]
 

@@ -1,95 +1,32 @@
-"""Model references other packages teach autotune: ``PREFIX:NAME`` → a local checkpoint.
+"""Model references the engine resolves: ``tiny:NAME`` → a locally built checkpoint.
 
-The engine knows only this registry. :mod:`autotune.testing` registers ``tiny:`` (autotune's
-locally built CPU models) when it is imported, and advertises itself under the entry-point group
-``autotune.model_refs`` so that a process that never imported it (a Ray actor, the CLI) finds it
-on first use; product code never imports the testing package by name.
+``tiny:`` names autotune's locally built CPU models (:mod:`autotune.engine.tiny`); any other
+reference (an HF id, a path, an unknown ``PREFIX:NAME``) passes through unchanged, for vLLM to
+resolve. The resolution is the engine's own, so a process that never imported anything else of
+autotune (a Ray actor, the CLI) resolves ``tiny:`` the same way.
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from autotune.errors import EngineError
-
-ENTRY_POINT_GROUP = "autotune.model_refs"
-
-_RESOLVERS: dict[str, Callable[[str], str]] = {}
-_TOKENIZERS: list[Callable[[], Any]] = []
-_loaded_entry_points = False
-
-
-def register_model_refs(
-    prefix: str, resolve: Callable[[str], str], tokenizer: Callable[[], Any] | None = None
-) -> None:
-    """Make ``prefix:NAME`` references resolve through ``resolve``; ``tokenizer`` (optional)
-    is the default tokenizer for counting prompt tokens."""
-    _RESOLVERS[prefix] = resolve
-    if tokenizer is not None and tokenizer not in _TOKENIZERS:
-        _TOKENIZERS.append(tokenizer)
-
-
-def _load_entry_points() -> None:
-    global _loaded_entry_points
-    if _loaded_entry_points:
-        return
-    _loaded_entry_points = True
-    from importlib.metadata import entry_points
-
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
-        try:
-            ep.load()
-        except ImportError:  # an optional provider whose dependencies are missing
-            continue
-
-
-def _import_tiny_provider() -> None:
-    """An editable install made before the entry point existed has no metadata for it; the
-    provider is still importable by the module path the entry point names."""
-    import importlib
-
-    with contextlib.suppress(ImportError):
-        importlib.import_module("autotune.testing")
-
-
-def _prefix(ref: str) -> str | None:
-    head, sep, _ = ref.partition(":")
-    return f"{head}:" if sep and "/" not in head and len(head) > 1 else None
-
 
 def resolve_model(ref: str) -> str:
-    """The checkpoint for ``ref``: registered ``PREFIX:NAME`` references are resolved (and
-    built if their provider builds them); anything else (an HF id, a path) passes through."""
-    prefix = _prefix(ref)
-    if prefix is None:
-        return ref
-    if prefix not in _RESOLVERS:
-        _load_entry_points()
-    resolve = _RESOLVERS.get(prefix)
-    if resolve is None and prefix == "tiny:":
-        _import_tiny_provider()
-        resolve = _RESOLVERS.get(prefix)
-    if resolve is None:
-        if prefix == "tiny:":
-            raise EngineError(
-                f"{ref}: tiny models need autotune.testing (install autotune with its "
-                "entry points: pip install -e .)"
-            )
-        return ref
-    return resolve(ref)
+    """The checkpoint for ``ref``: ``tiny:NAME`` is built if needed (cached on disk) and
+    resolved to its directory; anything else (an HF id, a path) passes through."""
+    from autotune.engine.tiny import is_tiny, resolve
+
+    return resolve(ref) if is_tiny(ref) else ref
 
 
 def default_tokenizer() -> Any:
-    """The first registered default tokenizer, or None (callers then count characters)."""
-    if not _TOKENIZERS:
-        _load_entry_points()
-    if not _TOKENIZERS:
-        _import_tiny_provider()
-    return _TOKENIZERS[0]() if _TOKENIZERS else None
+    """The tiny CPU model's tokenizer: what prompt tokens are counted with when no tokenizer is
+    given (:func:`autotune.engine.tiny.default_tokenizer`)."""
+    from autotune.engine.tiny import default_tokenizer as tiny_tokenizer
+
+    return tiny_tokenizer()
 
 
 # --- where a checkpoint's weights are (the preflight asks; nothing is built or downloaded) ----
@@ -104,7 +41,7 @@ class Weights:
 
     ref: str
     state: str
-    """``local-build`` (a registered ``PREFIX:NAME``, built here on first use), ``local`` (a
+    """``local-build`` (a ``tiny:NAME`` model, built here on first use), ``local`` (a
     directory), ``cached`` (every weight file in the Hugging Face hub cache), ``partial`` (some
     of it cached), ``download`` (nothing cached: the engine would download it) or ``missing``
     (a path that does not exist)."""
@@ -117,11 +54,12 @@ class Weights:
 
 
 def locate_weights(ref: str, revision: str | None = None) -> Weights:
-    """Where ``ref``'s weights are: a registered local build, a directory, or the hub cache
+    """Where ``ref``'s weights are: a local ``tiny:`` build, a directory, or the hub cache
     (``huggingface_hub.try_to_load_from_cache``, which reads the cache's ``refs/`` and
     snapshots and makes no request)."""
-    prefix = _prefix(ref)
-    if prefix is not None and (prefix in _RESOLVERS or prefix == "tiny:"):
+    from autotune.engine.tiny import is_tiny
+
+    if is_tiny(ref):
         return Weights(ref, "local-build", "built locally on first use, no download")
     path = Path(ref).expanduser()
     if path.is_dir():

@@ -56,7 +56,7 @@ def free_port() -> int:
 def server_argv(kwargs: Mapping[str, Any], port: int) -> list[str]:
     """The server's argv from the harness's ``AsyncEngineArgs`` keywords, so the server runs
     exactly the engine the study measured (CPU defaults and protocol settings included)."""
-    from autotune.recommend.render import serve_args
+    from autotune.engine.command import serve_args
 
     args = {k: v for k, v in kwargs.items() if k not in _NOT_SERVER_FLAGS}
     model = str(args.pop("model"))

@@ -129,3 +129,14 @@ class SearchSpace:
 
     def __len__(self) -> int:
         return sum(len(o.n_values) for o in self.options)
+
+
+def validate_study(resolved: ResolvedStudy, source: str) -> None:
+    """Refuse a study whose configs vLLM's ``SpeculativeConfig`` would refuse
+    (:func:`autotune.engine.vllm_checks.check_configs`), before anything is stored. Runs at
+    ``study create`` so that read-only commands never import vLLM."""
+    if resolved.spec.engine.kind == "replay":
+        return  # a replayed landscape never starts an engine: nothing for vLLM to refuse
+    from autotune.engine.vllm_checks import check_configs
+
+    check_configs(SearchSpace(resolved).configs(), source)

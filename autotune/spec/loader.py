@@ -32,7 +32,8 @@ M = TypeVar("M", bound=BaseModel)
 _REPO_WORKLOADS = Path(__file__).resolve().parents[2] / "workloads"
 
 
-def _display(path: Path) -> str:
+def display_path(path: Path) -> str:
+    """``path`` relative to the working directory where it is under it (how errors name files)."""
     try:
         return str(path.resolve().relative_to(Path.cwd()))
     except ValueError:
@@ -47,7 +48,7 @@ def read_text_capped(path: Path, source: str, limit: int = MAX_SPEC_BYTES) -> st
 def load_yaml(path: Path) -> dict[str, Any]:
     """Parse a YAML mapping (bounded: ``autotune.spec.reading``); syntax errors name the file,
     line and column."""
-    source = _display(path)
+    source = display_path(path)
     data = parse_yaml(read_text_capped(path, source), source)
     if not isinstance(data, dict):
         raise SpecError("expected a mapping at the top level", source=source)
@@ -169,7 +170,7 @@ def list_workload_names() -> list[str]:
 def load_workload(name: str) -> tuple[WorkloadSpec, Path]:
     """The validated spec of a workload and the file it came from."""
     path = find_workload(name)
-    spec = validate(WorkloadSpec, load_yaml(path), _display(path))
+    spec = validate(WorkloadSpec, load_yaml(path), display_path(path))
     return spec, path
 
 
@@ -273,7 +274,7 @@ def current_platform() -> str:
 
 
 def load_study_file(path: Path) -> StudySpec:
-    return validate(StudySpec, load_yaml(path), _display(path))
+    return validate(StudySpec, load_yaml(path), display_path(path))
 
 
 def resolve_study(spec: StudySpec, source: str, platform: str | None = None) -> ResolvedStudy:
@@ -434,10 +435,6 @@ def resolve_study(spec: StudySpec, source: str, platform: str | None = None) -> 
                 if exc.source == "workloads":  # unknown name: point at the study's field
                     raise SpecError(exc.reason, source=source, field=f"workloads.{i}") from None
                 raise
-            # Its source file is checked now (exists, regular, UTF-8), not first at `run`.
-            from autotune.datasets._base import check_sources
-
-            check_sources(wspec, wpath.parent, _display(wpath))
             workloads[name] = ResolvedWorkload(spec=wspec, base_dir=str(wpath.parent.resolve()))
 
     _check_context_lengths(spec, engine_args, workloads, source)
@@ -607,54 +604,11 @@ SAFE_ENV = frozenset(
 """Variables (besides vLLM's own) that change no code the engine runs, only how it runs."""
 
 
-def vllm_env_names() -> frozenset[str]:
-    """The variables the installed vLLM reads (the keys of ``vllm/envs.py``'s
-    ``environment_variables``), parsed from its source without importing vLLM; empty when vLLM
-    is not installed."""
-    global _VLLM_ENV_NAMES
-    if _VLLM_ENV_NAMES is None:
-        _VLLM_ENV_NAMES = _read_vllm_env_names()
-    return _VLLM_ENV_NAMES
-
-
-_VLLM_ENV_NAMES: frozenset[str] | None = None
-
-
-def _read_vllm_env_names() -> frozenset[str]:
-    import ast
-
-    try:
-        spec = importlib.util.find_spec("vllm")
-    except (ImportError, ValueError):
-        return frozenset()
-    if spec is None or not spec.submodule_search_locations:
-        return frozenset()
-    source = Path(next(iter(spec.submodule_search_locations)), "envs.py")
-    try:
-        tree = ast.parse(source.read_text())
-    except (OSError, SyntaxError, ValueError):
-        return frozenset()
-    for node in tree.body:
-        target: ast.expr | None = node.target if isinstance(node, ast.AnnAssign) else None
-        if isinstance(node, ast.Assign) and len(node.targets) == 1:
-            target = node.targets[0]
-        value = getattr(node, "value", None)
-        if (
-            isinstance(target, ast.Name)
-            and target.id == "environment_variables"
-            and isinstance(value, ast.Dict)
-        ):
-            return frozenset(
-                k.value
-                for k in value.keys
-                if isinstance(k, ast.Constant) and isinstance(k.value, str)
-            )
-    return frozenset()
-
-
 def safe_env(name: str) -> bool:
     """Whether ``name`` may be set in ``model.env`` without consent: one of :data:`SAFE_ENV`,
     or a variable the installed vLLM reads that loads no code."""
+    from autotune.engine.vllm_checks import vllm_env_names
+
     if name in CODE_LOADING_ENV or name in VLLM_CODE_LOADING_ENV:
         return False
     return name in SAFE_ENV or name in vllm_env_names()
@@ -664,6 +618,7 @@ def check_engine_args(args: dict[str, Any], source: str) -> None:
     """Refuse engine args autotune sets itself, ``trust_remote_code`` (a top-level consent),
     values that are not plain JSON, and names that are not fields of vLLM's ``EngineArgs``."""
     from autotune.engine.vllm import RESERVED_ENGINE_ARGS
+    from autotune.engine.vllm_checks import vllm_engine_arg_names
 
     for key, value in args.items():
         field = f"model.engine_args.{key}"
@@ -698,24 +653,6 @@ def check_engine_args(args: dict[str, Any], source: str) -> None:
                     source=source,
                     field=f"model.engine_args.{key}",
                 )
-
-
-def vllm_engine_arg_names() -> frozenset[str] | None:
-    """The field names of the installed vLLM's ``AsyncEngineArgs`` (None: vLLM not installed,
-    e.g. a machine that only replays landscapes; the engine checks again when it starts)."""
-    global _ENGINE_ARG_NAMES
-    if _ENGINE_ARG_NAMES is None:
-        if importlib.util.find_spec("vllm") is None:
-            return None
-        import dataclasses
-
-        from vllm.engine.arg_utils import AsyncEngineArgs
-
-        _ENGINE_ARG_NAMES = frozenset(f.name for f in dataclasses.fields(AsyncEngineArgs))
-    return _ENGINE_ARG_NAMES
-
-
-_ENGINE_ARG_NAMES: frozenset[str] | None = None
 
 
 def _plain_json(value: Any, depth: int = 0) -> bool:

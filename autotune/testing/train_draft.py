@@ -174,7 +174,7 @@ def main(argv: Sequence[str]) -> None:
     """``python -m autotune.testing.train_draft DATA OUT [--steps N]``; prints the report."""
     import argparse
 
-    from autotune.testing.tiny import build
+    from autotune.engine.tiny import build
 
     parser = argparse.ArgumentParser(prog="python -m autotune.testing.train_draft")
     parser.add_argument("data", type=Path, help="speculator-format JSONL (input_ids, loss_mask)")

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.engine._base import EngineConfig, MeasureSettings, PreparedWorkload
+from autotune.engine.vllm_checks import imported_vllm_version
 from autotune.errors import NoResultError, SpecError
 from autotune.spec.loader import ResolvedStudy
 from autotune.store import StudyRecord, TrialRecord
@@ -312,17 +313,11 @@ def verify(
         reference_command=ref_cmd,
         tolerance=tolerance,
         levels=tuple(checks),
-        vllm_version=_vllm_version(),
+        vllm_version=imported_vllm_version(),  # imported by the benchmark client
         notes=tuple(notes),
     )
     save(store, rec.study, result)
     return result
-
-
-def _vllm_version() -> str:
-    import vllm  # already imported by the benchmark client
-
-    return str(vllm.__version__)
 
 
 def save(store: Any, study: StudyRecord, v: Verification) -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+import autotune.verify as verifying
 from autotune import api
 from autotune.cli import cli
 from autotune.cli._common import report_errors
@@ -44,7 +45,9 @@ def test_check_measure_passes_on_the_recommended_config(
     assert code == 0, err[-2000:]
     assert "acceptance: ok" in out and "speedup over the baseline" in out
     assert "--speedup-tolerance 50% (the study measured no start-to-start noise)" in out
-    history = api.check_history_lines(deploy_study.store, deploy_study.store.get_study("deploy"))
+    history = verifying.check_history_lines(
+        deploy_study.store, deploy_study.store.get_study("deploy")
+    )
     assert history and "passed" in history[-1] and "vLLM 0.32.0" in history[-1]
 
 
@@ -64,5 +67,7 @@ def test_check_measure_fails_on_a_config_that_accepts_less(
     assert data["speedup"] is None  # --acceptance-only: no baseline started
     last = err.strip().splitlines()[-1]
     assert "acceptance fell more than 5% at position" in last
-    stored = api.check_history_lines(deploy_study.store, deploy_study.store.get_study("deploy"))
+    stored = verifying.check_history_lines(
+        deploy_study.store, deploy_study.store.get_study("deploy")
+    )
     assert any("FAILED" in line for line in stored)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+import autotune.verify as verifying
 from autotune import api
 from autotune.store import Store
 from autotune.verify.compare import Verification
@@ -47,7 +48,7 @@ def test_verify_serves_the_recommendation(tmp_path: Path) -> None:
     print(err[-4000:], file=sys.stderr)
     assert proc.returncode in (0, 1), err[-2000:]
     assert "server tok/s" in out and "concurrency" in out
-    stored = api.verifications(store, store.get_study("verify"), "code")
+    stored = verifying.verifications(store, store.get_study("verify"), "code")
     assert len(stored) == 1
     _, v = stored[0]
     assert isinstance(v, Verification)

@@ -513,7 +513,8 @@ def test_good_config_passes_the_checks() -> None:
 
 
 def test_safe_env_passes_without_consent() -> None:
-    from autotune.spec.loader import check_env, safe_env, vllm_env_names
+    from autotune.engine.vllm_checks import vllm_env_names
+    from autotune.spec.loader import check_env, safe_env
 
     check_env({"OMP_NUM_THREADS": "4", "VLLM_CPU_KVCACHE_SPACE": "4"}, "s", trusted=False)
     check_env({"LD_PRELOAD": "/x.so"}, "s", trusted=True)  # the study's own consent

@@ -115,6 +115,7 @@ def test_render_json_and_history_say_which_version_measured() -> None:
 def test_stored_checks_make_a_history_that_report_shows(tmp_path, autotune) -> None:
     """A measured check shares the verifications table: `report` lists every one with its
     vLLM version, oldest first, and `verify`'s reader skips them."""
+    import autotune.verify as verifying
     from autotune import api
     from autotune.store import Store
     from tests.unit.test_check import study_data, write_landscape
@@ -133,8 +134,8 @@ def test_stored_checks_make_a_history_that_report_shows(tmp_path, autotune) -> N
             record, workload="code", mode="check-measure", passed=r.passed, tolerance=0.05,
             result=r.to_json(), vllm_version=version,
         )  # fmt: skip
-    assert api.verifications(store, record) == []  # not `verify` results
-    lines = api.check_history_lines(store, record)
+    assert verifying.verifications(store, record) == []  # not `verify` results
+    lines = verifying.check_history_lines(store, record)
     assert ["vLLM 0.32.0" in lines[0], "vLLM 0.33.0" in lines[1]] == [True, True]
     assert "passed" in lines[0] and "FAILED" in lines[1]
     out = autotune("--db", str(db), "report", "gate", db=False).stdout

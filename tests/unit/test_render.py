@@ -8,8 +8,8 @@ import shlex
 
 import pytest
 
+from autotune.engine.vllm_checks import check_speculative_config, vllm_available
 from autotune.recommend import render
-from autotune.recommend.validate import check_speculative_config, vllm_available
 from autotune.spec.methods import speculative_config
 
 CONFIGS = [

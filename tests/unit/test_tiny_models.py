@@ -1,4 +1,4 @@
-"""autotune.testing.tiny: the locally built tiny models (built once per session into a tmp dir).
+"""autotune.engine.tiny: the locally built tiny models (built once per session into a tmp dir).
 
 Building all of them takes a minute or two on 2 cores; no vLLM engine is started here (that is
 tests/integration/test_tiny_models_vllm.py).
@@ -14,9 +14,18 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from autotune.engine.tiny import (
+    INFO_FILE,
+    NEEDS,
+    TINY_NAMES,
+    build,
+    build_info,
+    is_tiny,
+    resolve,
+    source_digest,
+    weights_digest,
+)
 from autotune.errors import NotFoundError
-from autotune.testing import TINY_NAMES, build, build_info, is_tiny, resolve, weights_digest
-from autotune.testing.tiny import INFO_FILE, NEEDS, source_digest
 
 if TYPE_CHECKING:  # torch is imported inside the tests that need it
     import torch
@@ -28,7 +37,7 @@ if TYPE_CHECKING:  # torch is imported inside the tests that need it
 def tiny_dir() -> Path:
     # The default cache, so the integration tests and the demo reuse these builds (CI builds
     # them once per machine).
-    from autotune.testing.tiny import default_cache_dir
+    from autotune.engine.tiny import default_cache_dir
 
     root = default_cache_dir()
     for name in TINY_NAMES:
@@ -225,7 +234,7 @@ def test_cached_and_resolved(tiny_dir: Path) -> None:
 
 
 def test_default_cache_dir_follows_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    from autotune.testing import BUILD_VERSION, default_cache_dir
+    from autotune.engine.tiny import BUILD_VERSION, default_cache_dir
 
     monkeypatch.setenv("AUTOTUNE_CACHE", str(tmp_path))
     assert default_cache_dir() == tmp_path / "tiny" / BUILD_VERSION
@@ -236,7 +245,7 @@ def test_concurrent_builds_build_once(monkeypatch: pytest.MonkeyPatch, tmp_path:
     import threading
     import time
 
-    from autotune.testing import tiny
+    from autotune.engine import tiny
 
     calls: list[str] = []
 
@@ -265,7 +274,7 @@ def test_concurrent_builds_build_once(monkeypatch: pytest.MonkeyPatch, tmp_path:
 
 def test_stale_build_is_rebuilt(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """A build made by other recipe code, or from another build of its dependency, is redone."""
-    from autotune.testing import tiny
+    from autotune.engine import tiny
 
     def fake_run_build(name: str, out: Path, deps: dict[str, Path]) -> dict:
         (out / "model.safetensors").write_bytes(f"{name}-{len(calls)}".encode())

@@ -223,6 +223,7 @@ def test_report_and_check_show_a_stored_verification(replayed, autotune, tmp_pat
 
 
 def test_verifications_go_with_their_study(replayed) -> None:
+    import autotune.verify as verifying
     from autotune import api
     from autotune.verify.run import save
 
@@ -231,10 +232,10 @@ def test_verifications_go_with_their_study(replayed) -> None:
     newer = _verification((_level(1, (300.0, 200.0), (295.0, 200.0)),))
     save(replayed, study, older)
     save(replayed, study, newer)
-    (only,) = api.verifications(replayed, study)  # the newest per (workload, mode)
+    (only,) = verifying.verifications(replayed, study)  # the newest per (workload, mode)
     assert only[1] == newer
-    assert api.verifications(replayed, study, "chat") == []
-    (line,) = api.verification_lines(replayed, "grid")
+    assert verifying.verifications(replayed, study, "chat") == []
+    (line,) = verifying.verification_lines(replayed, "grid")
     assert "ngram N=2 vs baseline (code), passed" in line and "-1.7%" in line
     api.delete_study(replayed, "grid")
     assert replayed.list_studies() == []
