@@ -224,7 +224,11 @@ def problems(
                 f"tensor_parallel_size={tp} needs {tp} GPUs on one node; this one has {d.gpus}: "
                 "use a bigger node or --ray-address ADDRESS"
             )
-        found += [f"{w.ref}: {w.detail}" for w in weights if w.state == "missing"]
+        # A missing target stops every engine; a missing draft fails only the configs that
+        # load it (failed trials with their reason, the rest of the study goes on).
+        found += [
+            f"{w.ref}: {w.detail}" for w in weights if w.state == "missing" and w.ref == study.model
+        ]
         absent = [w.ref for w in weights if not w.here and w.state != "missing"]
         if absent and hub_offline(study.env):
             found.append(
@@ -315,6 +319,11 @@ def preflight(
             answers = [a for a in (check_hub(ref) for ref in missing) if a]
             hub_problem = answers[0] if answers else None
             hub = hub_problem or ("usable for " + ", ".join(missing) if missing else "not needed")
+        notes += [
+            f"draft {w.ref}: {w.detail}: the configs that load it will fail"
+            for w in located
+            if w.state == "missing" and w.ref != study.model
+        ]
         if ray_address is not None:
             notes.append(
                 "with --ray-address the weights load on the cluster's nodes: the cache shown "

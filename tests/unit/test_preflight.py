@@ -243,3 +243,26 @@ def test_a_real_study_is_estimated_from_the_stores_finished_configs(
     data = json.loads(autotune("study", "run", "tiny-cpu", "--dry-run", "--json").stdout)
     assert data["estimate_basis"].startswith("the median of 3 finished engine configs")
     assert data["engine_hours"] == pytest.approx(seconds[1] * 13 / 3600, abs=0.01)
+
+
+def test_a_missing_draft_fails_its_configs_not_the_study(
+    autotune, db_path: Path, tmp_path: Path
+) -> None:
+    """A draft path that does not exist stops only the configs that load it (they become failed
+    trials with their reason): the run is not refused, the dry run says which configs fail."""
+    from autotune.search import preflight
+
+    study = tmp_path / "draft.yaml"
+    study.write_text(
+        "name: draft\nmodel: {name: tiny}\nworkloads: [code]\nconcurrency: [1]\n"
+        "methods:\n  - method: ngram\n    num_speculative_tokens: {min: 1, max: 1}\n"
+        f"  - method: eagle3\n    draft: {tmp_path / 'no-such-draft'}\n"
+        "    num_speculative_tokens: {min: 1, max: 1}\n"
+    )
+    store_study(db_path, study)
+    resolved = resolve_study(load_study_file(study), str(study))
+    preflight.refuse(resolved, "draft", None)  # no CannotRunError
+    r = autotune("study", "run", "draft", "--dry-run")
+    assert r.exit_code == 0, r.stderr
+    assert "no-such-draft" in r.stdout + r.stderr
+    assert "the configs that load it will fail" in r.stdout + r.stderr
