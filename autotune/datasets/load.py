@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from autotune.datasets._base import Candidate, LoadContext, Tokenizer, select_indices
 from autotune.datasets.chatlog import load_chat_jsonl, load_conversations, load_openai_batch
@@ -31,6 +32,19 @@ from autotune.spec.workload import (
     WorkloadSpec,
 )
 
+_READ_WHOLE: dict[type, Callable[[Any, LoadContext], list[Candidate]]] = {
+    InlineSource: load_inline,
+    JsonlSource: load_jsonl,
+    CsvSource: load_csv,
+    HumanEvalSource: load_humaneval,
+    HFSource: load_hf,
+    MTBenchSource: load_mtbench,
+    OpenAIBatchSource: load_openai_batch,
+    ChatJsonlSource: load_chat_jsonl,
+    ConversationsSource: load_conversations,
+}
+"""The loaders of the sources that are read whole, then filtered and sampled here."""
+
 
 def _chosen(ctx: LoadContext) -> list[Candidate]:
     source = ctx.spec.source
@@ -39,27 +53,10 @@ def _chosen(ctx: LoadContext) -> list[Candidate]:
         return load_sharegpt(source, ctx)
     if isinstance(source, MathSource):
         return load_math(source, ctx)
-    candidates: list[Candidate]
-    if isinstance(source, InlineSource):
-        candidates = load_inline(source, ctx)
-    elif isinstance(source, JsonlSource):
-        candidates = load_jsonl(source, ctx)
-    elif isinstance(source, CsvSource):
-        candidates = load_csv(source, ctx)
-    elif isinstance(source, HumanEvalSource):
-        candidates = load_humaneval(source, ctx)
-    elif isinstance(source, HFSource):
-        candidates = load_hf(source, ctx)
-    elif isinstance(source, MTBenchSource):
-        candidates = load_mtbench(source, ctx)
-    elif isinstance(source, OpenAIBatchSource):
-        candidates = load_openai_batch(source, ctx)
-    elif isinstance(source, ChatJsonlSource):
-        candidates = load_chat_jsonl(source, ctx)
-    elif isinstance(source, ConversationsSource):
-        candidates = load_conversations(source, ctx)
-    else:  # pragma: no cover - the spec's discriminated union is exhaustive
+    loader = _READ_WHOLE.get(type(source))
+    if loader is None:  # pragma: no cover - the spec's discriminated union is exhaustive
         raise ctx.error(f"unknown source kind {source.kind!r}", "source.kind")
+    candidates = loader(source, ctx)
     # Inline prompts are "used in order"; every other source is sampled.
     indices = select_indices(
         [len(c.text) for c in candidates], ctx, sample=not isinstance(source, InlineSource)
