@@ -312,6 +312,7 @@ def _print_context_dsd(
 
 
 def _measured_json(rec: Any, shown: Any) -> dict[str, Any]:
+    from autotune.recommend.starts import starts_json
     from autotune.spec.context import split_bucket
 
     cov = rec.coverage
@@ -370,6 +371,7 @@ def _measured_json(rec: Any, shown: Any) -> dict[str, Any]:
             for c in rec.per_level
             if c.drift_pct is not None and rec._answers(c.concurrency)
         ],
+        "starts": [starts_json(rec.rows, c) for c in rec.per_level if rec._answers(c.concurrency)],
     }
 
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import statistics
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
 
 from autotune.spec.methods import config_id
 
@@ -56,11 +56,25 @@ def starts(rows: Sequence[MeasuredRow], choice: Choice, s: ConfigScore) -> tuple
     )
 
 
+def _rival(choice: Choice) -> ConfigScore | None:
+    return choice.runner_up or choice.baseline
+
+
+def starts_json(rows: Sequence[MeasuredRow], choice: Choice) -> dict[str, Any]:
+    """``recommend --json``'s ``starts`` entry of one level."""
+    rival = _rival(choice)
+    return {
+        "concurrency": choice.concurrency,
+        "answer": [asdict(x) for x in starts(rows, choice, choice.best)],
+        "runner_up": [asdict(x) for x in starts(rows, choice, rival)] if rival else [],
+    }
+
+
 def starts_line(rows: Sequence[MeasuredRow], choice: Choice) -> str:
     """One line per level: the answer's starts, then the runner-up's (the baseline's when the
     runner-up is the answer's only rival)."""
     parts = []
-    rival = choice.runner_up or choice.baseline
+    rival = _rival(choice)
     for role, s in (("", choice.best), ("runner-up ", rival)):
         if s is None:
             continue

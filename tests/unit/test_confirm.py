@@ -7,6 +7,7 @@ after an interrupt inside a confirmation start neither loses nor repeats a measu
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -236,6 +237,13 @@ def test_recommend_explain_lists_the_starts(store, tmp_path, autotune):
     assert answer.count("(2 runs") == 2
     # c=4: a clear win, one start each; the baseline's second start is the drift check's.
     assert "confirmation" not in c4
+    doc = json.loads(
+        autotune("recommend", "--model", "org/tiny", "--workload", "code", "--json").stdout
+    )
+    at1 = next(lv for lv in doc["starts"] if lv["concurrency"] == 1)
+    assert [x["purpose"] for x in at1["answer"]] == [None, CONFIRM]
+    assert [x["purpose"] for x in at1["runner_up"]] == [None, CONFIRM]
+    assert all(x["runs"] == 2 and x["median_tok_s"] > 0 for x in at1["answer"])
 
 
 def test_a_schema_5_store_gains_the_trial_purpose(tmp_path):
