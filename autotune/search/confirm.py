@@ -25,7 +25,6 @@ from autotune.engine._base import EngineConfig, Measurement
 from autotune.recommend.choose import ConfigScore, baseline_drift, cells, choose
 from autotune.search.space import SearchSpace
 from autotune.search.strategy import noisy_cell
-from autotune.spec.labels import Labels
 from autotune.spec.loader import ResolvedStudy
 from autotune.spec.methods import config_id
 from autotune.store import MeasurementRecord, TrialRecord
@@ -201,7 +200,7 @@ class Confirmer:
         if self._t0 is not None:
             self.wall_s = time.monotonic() - self._t0
 
-    def note(self, labels: Labels) -> str:
+    def note(self) -> str:
         """One line for the run summary: what confirmation found and cost ("" when off)."""
         if not self.enabled or self.plan is None:
             return ""

@@ -278,7 +278,7 @@ class Tuner:
         self.summary.confirm_starts = self.confirmer.starts
         self.summary.confirm_engine_seconds = self.confirmer.engine_seconds
         self.summary.confirm_wall_s = self.confirmer.wall_s
-        self.summary.confirm_note = self.confirmer.note(self.labels)
+        self.summary.confirm_note = self.confirmer.note()
         if isinstance(strategy, OptunaStrategy):
             self.summary.trials_skipped = strategy.repeated_proposals
         return self.summary
