@@ -164,7 +164,7 @@ class Confirmer:
     wall_s: float = 0.0
 
     def __post_init__(self) -> None:
-        self.enabled = confirm_enabled(self.study)
+        self.enabled: bool = confirm_enabled(self.study)
         for t in self.trials:
             if t.purpose == CONFIRM:
                 self.begun = True

@@ -456,7 +456,7 @@ class Tuner:
 
     def _confirm_due(self, free: int) -> list[Step]:
         """The confirmation starts to submit now: none while a search or drift trial runs."""
-        if any(not t.confirm for t in self.inflight.values()):
+        if not self.confirmer.enabled or any(not t.confirm for t in self.inflight.values()):
             return []
         return self.confirmer.due(self.store.measurements(study=self.record.name), free)
 
