@@ -98,7 +98,7 @@ bench-prefix: $(STAMP)  ## fit each method's prefix ratio (a smaller N's accepta
 bench-fidelity: $(STAMP)  ## autotune's harness vs vllm bench serve against vllm serve: one config and the baseline, 3 interleaved repeats
 	$(PY) bench/fidelity.py --repeats 3
 
-bench-agreement: $(STAMP)  ## two identical tiny studies one after the other: do they agree per level? (+ vllm bench serve with ARGS=--fidelity)
+bench-agreement: $(STAMP)  ## two identical tiny studies one after the other: do they agree per level? (ARGS="--confirm both": with confirmation off and on; --fidelity: + vllm bench serve)
 	$(PY) bench/agreement.py $(ARGS)
 
 recommend: $(STAMP)  ## print the recommended --speculative-config: make recommend MODEL=kimi WORKLOAD=code

@@ -305,7 +305,8 @@ def _pool_factory(
             from autotune.engine.replay import ReplayEngine
 
             def replay_pool(_: ResolvedStudy) -> Any:
-                return LocalPool(lambda: ReplayEngine(**options))
+                engine = ReplayEngine(**options)  # a config started again continues its cycle
+                return LocalPool(lambda: engine)
 
             return replay_pool
 

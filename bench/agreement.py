@@ -16,6 +16,17 @@ The prefill share is estimated from what a measurement stores (p50 TTFT and p50 
 tokens per request): TTFT / (TTFT + TPOT × (tokens - 1)), a median request's share of time
 before its first token; the sum over requests is not stored.
 
+``--confirm both`` runs the pair twice, with confirmation across engine starts off and on
+(``measurement.confirm_starts``, :mod:`autotune.search.confirm`; four studies in all), and prints
+the two agreement figures side by side with what confirmation cost (engine starts and
+engine-seconds). ``--confirm on``/``off`` runs one pair with it forced on or off; without the flag
+the study file decides.
+
+``--landscape CSV`` replays a recorded sweep instead of starting real engines (the study's model
+must be the landscape's): two replayed studies of one seed draw the same repeats, so the second
+study takes the next seed, standing in for a second machine-day. Its figures check the harness and
+the confirmation logic on recorded noise, not the protocol on hardware.
+
 Numbers from a loaded machine say nothing about the protocol; record on a quiet one.
 """
 
@@ -50,6 +61,14 @@ def main(argv: list[str] | None = None) -> int:
         help="a reduced protocol to check the harness runs (32 tokens, 2 repeats, 10 s per "
         "level): its numbers mean nothing",
     )
+    p.add_argument(
+        "--confirm",
+        choices=["study", "off", "on", "both"],
+        default="study",
+        help="confirmation across engine starts: as the study file says, forced off or on, or "
+        "both (two pairs of studies, agreement side by side)",
+    )
+    p.add_argument("--landscape", type=Path, help="replay this recorded sweep (no real engines)")
     p.add_argument("--json", dest="json_path", type=Path, help="also write the result as JSON")
     args = p.parse_args(argv)
     os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
@@ -65,34 +84,94 @@ def main(argv: list[str] | None = None) -> int:
         data["measurement"].update(
             max_tokens=32, min_measure_s=0, max_level_s=10, max_repeats=4, max_prompts=4
         )
+    if args.landscape is not None:
+        data["engine"] = {"kind": "replay", "landscape": str(args.landscape.resolve())}
     tmp = tempfile.TemporaryDirectory(prefix="autotune-agreement-")
     store = Store(args.db or f"sqlite:///{tmp.name}/agreement.db")
-    names = [f"{data['name']}-a", f"{data['name']}-b"]
+    modes = {"study": [None], "off": [False], "on": [True], "both": [False, True]}[args.confirm]
+    results = []
+    for confirm in modes:
+        run = _with_confirm(data, confirm)
+        result = run_pair(store, run, args, api, suffix="" if confirm is None else _SUFFIX[confirm])
+        print(render(result))
+        results.append(result)
+    result = results[-1]
+    if len(results) == 2:
+        print(render_side_by_side(results))
+        result = {"off": results[0], "on": results[1]}
+    if args.fidelity:
+        last = results[-1]
+        fid = fidelity(store, last["studies"][1], data, args.fidelity_repeats, last)
+        result["fidelity"] = fid
+        print(render_fidelity(fid))
+    if args.json_path:
+        args.json_path.write_text(json.dumps(result, indent=2))
+    return 0 if all(lv["agree"] for r in results for lv in r["levels"]) else 1
+
+
+_SUFFIX = {False: "-off", True: "-confirm"}
+
+
+def _with_confirm(data: dict[str, Any], confirm: bool | None) -> dict[str, Any]:
+    """The study file with ``measurement.confirm_starts`` forced (None: as it says)."""
+    if confirm is None:
+        return data
+    return {**data, "measurement": {**data.get("measurement", {}), "confirm_starts": confirm}}
+
+
+def run_pair(
+    store: Any, data: dict[str, Any], args: argparse.Namespace, api: Any, suffix: str = ""
+) -> dict[str, Any]:
+    """Create and run the two identical studies one after the other, and compare them."""
+    names = [f"{data['name']}{suffix}-a", f"{data['name']}{suffix}-b"]
     t0 = time.time()
+    cost = {"engine_starts": 0, "confirm_starts": 0, "confirm_engine_seconds": 0.0}
     for i, name in enumerate(names):
         if i and args.gap_s > 0:
             print(f"waiting {args.gap_s:g} s before the second study", file=sys.stderr)
             time.sleep(args.gap_s)
-        api.create_study(
-            store, data={**data, "name": name}, source=str(args.study_file), replace=True
-        )
+        study = {**data, "name": name}
+        if args.landscape is not None:  # one seed draws the same repeats: the next one
+            study["seed"] = int(data.get("seed", 0)) + i
+        api.create_study(store, data=study, source=str(args.study_file), replace=True)
         started = time.time()
         summary = api.run_study(store, name)
+        cost["engine_starts"] += summary.trials_started
+        cost["confirm_starts"] += summary.confirm_starts
+        cost["confirm_engine_seconds"] += summary.confirm_engine_seconds
         print(
             f"{name}: {summary.trials_run} engine configs, {summary.measurements} measurements, "
             f"{time.time() - started:.0f} s ({summary.stop_reason})",
             file=sys.stderr,
         )
+        if summary.confirm_note:
+            print(f"{name}: {summary.confirm_note}", file=sys.stderr)
     result = compare(store, names, data)
     result["wall_s"] = time.time() - t0
-    print(render(result))
-    if args.fidelity:
-        fid = fidelity(store, names[1], data, args.fidelity_repeats, result)
-        result["fidelity"] = fid
-        print(render_fidelity(fid))
-    if args.json_path:
-        args.json_path.write_text(json.dumps(result, indent=2))
-    return 0 if all(lv["agree"] for lv in result["levels"]) else 1
+    result["confirm_starts"] = (data.get("measurement") or {}).get("confirm_starts")
+    result["cost"] = cost
+    return result
+
+
+def render_side_by_side(results: list[dict[str, Any]]) -> str:
+    """The agreement figures with confirmation off and on, and what it cost."""
+    off, on = results
+
+    def agree(r: dict[str, Any]) -> str:
+        n = sum(lv["agree"] for lv in r["levels"])
+        return f"{n} of {len(r['levels'])} levels"
+
+    rows = [
+        ("agreement", agree(off), agree(on)),
+        ("engine starts", str(off["cost"]["engine_starts"]), str(on["cost"]["engine_starts"])),
+        ("confirmation starts", "0", str(on["cost"]["confirm_starts"])),
+        ("confirmation engine-s", "0", f"{on['cost']['confirm_engine_seconds']:,.0f}"),
+        ("wall s", f"{off['wall_s']:.0f}", f"{on['wall_s']:.0f}"),
+    ]
+    lines = ["confirmation across engine starts, off vs on (two identical studies each)"]
+    lines.append(f"{'':<22} {'off':>16} {'on':>16}")
+    lines += [f"{k:<22} {a:>16} {b:>16}" for k, a, b in rows]
+    return "\n".join(lines)
 
 
 def _level(store: Any, name: str, workload: str, concurrency: int) -> dict[str, Any]:

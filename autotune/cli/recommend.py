@@ -153,6 +153,8 @@ def recommend(
     per such level on stderr, "low_confidence" in --json; the exit code does not change.
     So is a level whose baseline drifted more than the study's measurement.precision_pct
     between its two runs (the drift check; "baseline_drift" in --json, "drift %" in --explain).
+    --explain also lists the engine starts behind each level's answer, the drift check's and
+    the confirmation starts' (measurement.confirm_starts) tagged.
 
     A level is a tie when the winner's margin over another config is inside their combined
     95% confidence intervals of the median: the preferred of them (off, then the smaller N) is
@@ -310,6 +312,7 @@ def _print_context_dsd(
 
 
 def _measured_json(rec: Any, shown: Any) -> dict[str, Any]:
+    from autotune.recommend.starts import starts_json
     from autotune.spec.context import split_bucket
 
     cov = rec.coverage
@@ -368,6 +371,7 @@ def _measured_json(rec: Any, shown: Any) -> dict[str, Any]:
             for c in rec.per_level
             if c.drift_pct is not None and rec._answers(c.concurrency)
         ],
+        "starts": [starts_json(rec.rows, c) for c in rec.per_level if rec._answers(c.concurrency)],
     }
 
 
@@ -509,6 +513,11 @@ def _explain(rec: Any) -> None:
             "low" if rec.is_low_confidence(lv.concurrency) else "ok",
         )
     emit_table(table, stderr=True)
+    from autotune.recommend.starts import starts_line
+
+    con.print("engine starts behind each level's answer (median tok/s per start, its runs):")
+    for lv in rec.per_level:
+        con.print("  " + starts_line(rec.rows, lv), markup=False)
     if best.acceptance_per_pos:
         con.print(
             "acceptance per position  " + " ".join(f"{a:.2f}" for a in best.acceptance_per_pos)

@@ -233,6 +233,7 @@ def show(ctx: Context, name: str, as_json: bool, fmt: str) -> None:
                         "draft": t.draft,
                         "num_speculative_tokens": t.num_speculative_tokens,
                         "state": t.state,
+                        "purpose": t.purpose,
                         "failure_reason": t.failure_reason,
                         "engine_start_s": t.engine_start_s,
                         "engine_seconds": t.engine_seconds,
@@ -301,7 +302,7 @@ def show(ctx: Context, name: str, as_json: bool, fmt: str) -> None:
             t_table.add_row(
                 str(t.number),
                 names(t.speculative_config),
-                t.state,
+                t.state + (f" ({t.purpose})" if t.purpose else ""),  # drift, confirm
                 f"{t.engine_start_s:.1f}" if t.engine_start_s is not None else "-",
                 f"{t.engine_seconds:.1f}" if t.engine_seconds is not None else "-",
                 (t.ray_node_id or "-")[:8],
@@ -514,6 +515,8 @@ def _run(
         f"{summary.measurements} measurements, {summary.engine_seconds:,.0f} engine-seconds"
         + (f"; stopped: {summary.stop_reason}" if summary.stop_reason else "")
     )
+    if summary.confirm_note:  # what confirmation across engine starts found and cost
+        click.echo(summary.confirm_note)
     for label, reason in summary.failures:
         click.echo(f"  failed: {label}: {reason}")
     for line in api.degenerate_lines(store, name):  # the guard: loops decided these cells

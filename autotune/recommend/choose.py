@@ -516,10 +516,13 @@ def baseline_drift(rows: Sequence[MeasuredRow]) -> list[Drift]:
 
 def _baseline_runs(cell: Sequence[MeasuredRow]) -> tuple[float, ...]:
     """The baseline's median throughput in each trial that measured it at this cell, oldest
-    trial first (two with the drift check)."""
+    trial first (two with the drift check). A confirmation start of the baseline
+    (:mod:`autotune.search.confirm`) is left out: the drift stays the one the drift check
+    measured, between the first engine of the study and the last of its search; the baseline's
+    score pools every start."""
     by_trial: dict[int, list[float]] = defaultdict(list)
     for r in cell:
-        if r.speculative_config is None:
+        if r.speculative_config is None and getattr(r, "purpose", None) != "confirm":
             by_trial[r.trial_id].append(r.output_throughput_tok_s)
     return tuple(statistics.median(by_trial[t]) for t in sorted(by_trial))
 

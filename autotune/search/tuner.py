@@ -17,6 +17,10 @@ the study brackets its drafters between two baseline runs. That second trial sha
 baseline's config key; it counts as an engine start, is not mirrored into Optuna (the config is
 there already) and does not change the config's value (the first run's), and a resume finds it
 by counting the baseline's finished trials.
+
+Confirmation (:mod:`autotune.search.confirm`) comes after the drift check: the close calls'
+winners and rivals are started once more each (trials tagged ``confirm``, handled like the drift
+check's second baseline), and once one has run the strategy is not asked again.
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ from autotune.engine._base import (
     PreparedWorkload,
 )
 from autotune.errors import SpecError, StoreError
+from autotune.search.confirm import CONFIRM, Confirmer, Step, confirm_cell
 from autotune.search.objective import (
     level_medians,
     metric_name,
@@ -141,6 +146,12 @@ class RunSummary:
     baseline_failure: str | None = None
     """Why the baseline could not start (this run or an earlier one): the run then stops, as
     every other config would fail the same way or have nothing to be compared with."""
+    confirm_starts: int = 0
+    confirm_engine_seconds: float = 0.0
+    confirm_wall_s: float = 0.0
+    """This run's confirmation starts (:mod:`autotune.search.confirm`) and what they cost."""
+    confirm_note: str = ""
+    """What confirmation found and cost, one line ("" when off)."""
 
 
 @dataclass
@@ -153,6 +164,13 @@ class _Trial:
     measurements: list[Measurement] = field(default_factory=list)
     drift: bool = False
     """The drift check's second baseline run."""
+    confirm: bool = False
+    """A confirmation start (:mod:`autotune.search.confirm`)."""
+
+    @property
+    def again(self) -> bool:
+        """A config's second (or later) run: its value, the mirror and the strategy stay."""
+        return self.drift or self.confirm
 
     @property
     def engine_seconds(self) -> float:
@@ -228,13 +246,17 @@ class Tuner:
                 # slot freed up, not on every poll.
                 if not stop and free > 0 and asked != (self.finished, free):
                     asked = (self.finished, free)
-                    proposals = strategy.propose(self._state(), free)
+                    searching = not self.confirmer.begun
+                    proposals = strategy.propose(self._state(), free) if searching else []
                     for config in proposals:
                         self._submit(pool, job, config, strategy)
                     drift = self._drift_due() if not proposals and not self.inflight else None
+                    confirm = self._confirm_due(free) if not proposals and drift is None else []
+                    for step in confirm:
+                        self._submit(pool, job, step.config, strategy, confirm=step)
                     if drift is not None:
                         self._submit(pool, job, drift, strategy, drift=True)
-                    elif not proposals and not self.inflight:
+                    elif not proposals and not confirm and not self.inflight:
                         stop, status = strategy.reason or "nothing left to measure", "done"
                 if stop and not self.inflight:
                     break
@@ -253,6 +275,10 @@ class Tuner:
                     self.store.abandon_running_trials(self.record)
                 self.store.set_study_status(self.record.name, final)
         self.summary.stop_reason = stop
+        self.summary.confirm_starts = self.confirmer.starts
+        self.summary.confirm_engine_seconds = self.confirmer.engine_seconds
+        self.summary.confirm_wall_s = self.confirmer.wall_s
+        self.summary.confirm_note = self.confirmer.note()
         if isinstance(strategy, OptunaStrategy):
             self.summary.trials_skipped = strategy.repeated_proposals
         return self.summary
@@ -273,7 +299,9 @@ class Tuner:
         for r in self.store.measurements(study=self.record.name):
             rows[r.trial_id].append(r)
         first_runs = []
-        for t in self.store.trials(self.record):
+        trials = self.store.trials(self.record)
+        self.confirmer = Confirmer(self.study, self.space, trials)
+        for t in trials:
             if t.state == "interrupted":
                 self.interrupted[t.config_key] = t.id
             if t.state not in ("complete", "failed"):
@@ -319,8 +347,10 @@ class Tuner:
         config: EngineConfig,
         strategy: Strategy,
         drift: bool = False,
+        confirm: Step | None = None,
     ) -> None:
-        number = None if drift else self.mirror.number(config)
+        again = drift or confirm is not None
+        number = None if again else self.mirror.number(config)
         resumed: list[Measurement] = []
         reopen = self.interrupted.pop(config.key(), None)
         if reopen is not None:  # an interrupted run of this config: keep its cells, add the rest
@@ -328,8 +358,11 @@ class Tuner:
             trial_id = reopen
             resumed = list(self.store.trial_measurements(reopen))
         else:
-            trial_id = self.store.start_trial(self.record, config, number)
-        self.inflight[trial_id] = _Trial(trial_id, config, measurements=list(resumed), drift=drift)
+            purpose = "drift" if drift else CONFIRM if confirm is not None else None
+            trial_id = self.store.start_trial(self.record, config, number, purpose)
+        self.inflight[trial_id] = _Trial(
+            trial_id, config, measurements=list(resumed), drift=drift, confirm=confirm is not None
+        )
         self.started += 1
         self.summary.trials_started += 1
 
@@ -337,6 +370,8 @@ class Tuner:
             # Runs in the driver before each cell: it sees the store as it is then. A driver
             # that lost its lease stops here, before its engine measures one more cell.
             self.store.check_lease()
+            if confirm is not None:  # the protocol at the close levels only
+                return confirm_cell(self.study, confirm.levels, measured)
             if drift:  # the second baseline takes the full protocol at every level
                 return protocol_cell(self.study, measured)
             return strategy.next_cell(self._state(leave_out=trial_id), config, measured)
@@ -376,13 +411,15 @@ class Tuner:
         self.runs_of[key] += 1
         self.finished += 1
         self._rows = None
-        if not run.drift:
+        if run.confirm:
+            self.confirmer.done(key, seconds)
+        if not run.again:
             self.done[key] = value
         if (
             reason is not None
             and run.info is None
             and run.config.method == BASELINE
-            and not run.drift
+            and not run.again
         ):
             self.summary.baseline_failure = reason
         if reason is not None:
@@ -392,7 +429,7 @@ class Tuner:
             self.summary.trials_run += 1
             if len(level_medians(run.measurements)) == self._num_levels:
                 self.everywhere.add(key)
-        if not run.drift:
+        if not run.again:
             self.mirror.record(run.config, value, run.measurements, reason)
             strategy.observe(run.config, value)
         self.reporter.trial_finished(run.config, value, reason, self._best())
@@ -416,6 +453,12 @@ class Tuner:
         if any(t.config.key() == key for t in self.inflight.values()):
             return None
         return base
+
+    def _confirm_due(self, free: int) -> list[Step]:
+        """The confirmation starts to submit now: none while a search or drift trial runs."""
+        if not self.confirmer.enabled or any(not t.confirm for t in self.inflight.values()):
+            return []
+        return self.confirmer.due(self.store.measurements(study=self.record.name), free)
 
     def _job_template(self) -> Callable[..., TrialJob]:
         """A TrialJob with everything but the trial, its config and its cell plan."""

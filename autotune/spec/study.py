@@ -253,6 +253,23 @@ class MeasurementSpec(StrictModel):
         "more and measure it at every level: its drift between the two runs is reported and "
         "speedups use both. Default: on for real engines (engine kind vllm), off for replays.",
     )
+    confirm_starts: Bool | None = Field(
+        None,
+        description="Confirmation across engine starts: once the search and the drift check "
+        "are done, a level whose winner and runner-up (or the baseline) lie within the "
+        "start-to-start spread the drift check measured gets one more engine start of the "
+        "winner, then of the rival, measuring the close levels; the answer pools every start. "
+        "One engine start is one sample of a quantity that moves 10-25% between starts. "
+        "Needs the drift check (no spread measured: nothing to confirm). Default: on for real "
+        "engines, off for replays.",
+    )
+    confirm_max_pairs: Int = Field(
+        3,
+        ge=0,
+        le=64,
+        description="At most this many (winner, rival) pairs are confirmed per study, the "
+        "closest calls first; each costs up to two engine starts (0: none).",
+    )
 
 
 Sampler = Literal["model", "grid", "random", "tpe", "gp"]

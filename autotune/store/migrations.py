@@ -16,7 +16,7 @@ from sqlalchemy import Connection, insert, inspect, select, text, update
 from autotune.errors import StoreError
 from autotune.store.tables import Base, MetaRow
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 Migration = Callable[[Connection], None]
 
@@ -53,11 +53,18 @@ def _v5_output_degeneracy(conn: Connection) -> None:
         add_column(conn, "autotune_measurements", ddl)
 
 
+def _v6_trial_purpose(conn: Connection) -> None:
+    """6: why a trial ran a config again (``drift``, ``confirm``); trials stored before stay
+    NULL (a search run; a drift check's second baseline is still told by its order)."""
+    add_column(conn, "autotune_trials", "purpose VARCHAR(16)")
+
+
 MIGRATIONS: dict[int, Migration] = {
     2: _add_leases,
     3: _v3_engine_placement,
     4: _v4_request_latencies,
     5: _v5_output_degeneracy,
+    6: _v6_trial_purpose,
 }
 """Step functions by the version they produce (2, 3, ...)."""
 

@@ -55,6 +55,9 @@ class TrialRecord:
     ray_node_id: str | None = None
     device_ids: str | None = None
     engine_started_at: float | None = None
+    purpose: str | None = None
+    """Why the config ran again: "drift", "confirm" (:mod:`autotune.search.confirm`); None: its
+    search run (or stored before schema 6)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -82,6 +85,8 @@ class MeasurementRecord(Measurement):
     """The Ray node the engine ran on (None outside Ray, or stored before schema 3)."""
     device_ids: str | None = None
     """The accelerator ids the engine held, comma-separated ("" on the CPU)."""
+    purpose: str | None = None
+    """Its trial's purpose (:attr:`TrialRecord.purpose`): "confirm" tags a confirmation start."""
 
 
 @dataclass(frozen=True)

@@ -460,7 +460,11 @@ class Store:
     # --- trials and measurements (the tuner is the only writer) ---------------------------
 
     def start_trial(
-        self, study: StudyRecord, config: EngineConfig, optuna_trial_number: int | None
+        self,
+        study: StudyRecord,
+        config: EngineConfig,
+        optuna_trial_number: int | None,
+        purpose: str | None = None,
     ) -> int:
         with self._driver_write() as s:
             number = (
@@ -480,6 +484,7 @@ class Store:
                 env=dict(config.env),
                 tensor_parallel_size=config.tensor_parallel_size,
                 state="running",
+                purpose=purpose,
             )
             s.add(row)
             s.flush()
@@ -1047,6 +1052,7 @@ def _trial_record(r: TrialRow) -> TrialRecord:
         ray_node_id=r.ray_node_id,
         device_ids=r.device_ids,
         engine_started_at=r.engine_started_at,
+        purpose=r.purpose,
     )
 
 
@@ -1081,4 +1087,5 @@ def _measurement_record(m: MeasurementRow, t: TrialRow, st: StudyRow) -> Measure
         created_at=m.created_at,
         ray_node_id=m.ray_node_id,
         device_ids=m.device_ids,
+        purpose=t.purpose,
     )

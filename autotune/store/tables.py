@@ -77,6 +77,9 @@ class TrialRow(Base):
     ray_node_id: Mapped[str | None] = mapped_column(String(64))
     device_ids: Mapped[str | None] = mapped_column(String(256))
     engine_started_at: Mapped[float | None] = mapped_column(Float)
+    # Why the engine ran again (schema 6): "drift" (the drift check's second baseline),
+    # "confirm" (a confirmation start, autotune.search.confirm); NULL: the config's search run.
+    purpose: Mapped[str | None] = mapped_column(String(16))
     started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 

@@ -97,4 +97,4 @@ def test_step_5_upgrades_a_version_4_store(store_url: str) -> None:
     assert got.degenerate and not by_repeat[0].degenerate
     store.dispose()
     with create_engine(store_url).connect() as conn:
-        assert migrations.current_version(conn) == 5
+        assert migrations.current_version(conn) == migrations.SCHEMA_VERSION
