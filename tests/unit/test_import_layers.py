@@ -27,8 +27,6 @@ HOMES = {
 }
 
 KNOWN_PAIRS = {
-    # search/bench.py runs studies through the API (a client above the facade).
-    ("api", "search"),
     # spec.loader.resolve_study consults vLLM's EngineArgs names and the platform via engine/.
     ("engine", "spec"),
 }

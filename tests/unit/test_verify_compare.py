@@ -179,7 +179,7 @@ def test_requests_follow_the_harness_order(tmp_path) -> None:
 @pytest.fixture
 def replayed(db_path):
     from autotune import api
-    from autotune.search.bench import study_from_landscape
+    from autotune.search.landscape_study import study_from_landscape
     from autotune.store import Store
     from tests.conftest import REPO
 
