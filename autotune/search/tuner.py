@@ -37,6 +37,7 @@ from autotune.cluster.jobs import (
     TrialEvent,
     TrialJob,
 )
+from autotune.cluster.pools import Pool
 from autotune.engine._base import (
     EngineConfig,
     EngineInfo,
@@ -69,19 +70,6 @@ from autotune.spec.labels import Labels
 from autotune.spec.loader import ResolvedStudy
 from autotune.spec.methods import BASELINE
 from autotune.store import MeasurementRecord, Store, StudyRecord
-
-
-class Pool(Protocol):
-    slots: int
-
-    @property
-    def busy(self) -> int: ...
-
-    def submit(self, job: TrialJob) -> None: ...
-
-    def poll(self, timeout_s: float = ...) -> list[TrialEvent]: ...
-
-    def shutdown(self) -> None: ...
 
 
 class Reporter(Protocol):
@@ -162,7 +150,7 @@ class _Trial:
 
 class Tuner:
     """Runs one study on a pool until its strategy is done, its budget is spent or it is
-    stopped. The caller holds the study's lease (:func:`autotune.api.run_study`)."""
+    stopped. The caller holds the study's lease (:func:`autotune.search.protocol.run_protocol`)."""
 
     def __init__(
         self,

@@ -130,8 +130,9 @@ def check_measured(
 ) -> MeasuredCheck:
     """Measure ``deployed`` (and the baseline) now, compare with the study, store the result.
     Every input is checked before an engine starts."""
-    from autotune.api import _pool_factory, recommend
+    from autotune.api import recommend
     from autotune.cluster.jobs import Cell
+    from autotune.cluster.pools import pool_factory
     from autotune.datasets import prepare
     from autotune.recommend import check as gate
     from autotune.recommend.choose import baseline_drift, latest_digest
@@ -218,7 +219,7 @@ def check_measured(
         for r in range(resolved.spec.repeats)
         for c in levels
     ]
-    pool = _pool_factory(resolved, rec.study, None, None, False)(resolved)
+    pool = pool_factory(resolved, None, None, False)(resolved)
     try:
         (now_cfg, *rest), version = run_configs(
             pool,

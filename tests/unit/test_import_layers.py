@@ -21,9 +21,8 @@ HOMES = {
     "pandas": {"report"},
     "matplotlib": {"report"},
     "plotly": {"report"},
-    # Optuna's home is search/; the store creates its schema and the API deletes an Optuna
-    # study on `study create --replace` (issue #19 leaves that to move).
-    "optuna": {"search", "store", "api"},
+    # Optuna's home is search/; the store creates its schema.
+    "optuna": {"search", "store"},
 }
 
 KNOWN_PAIRS = {
