@@ -412,11 +412,7 @@ class Tuner:
             TrialJob,
             workloads=self._prepare_workloads(),
             cells=plan_cells(self.study),
-            settings=MeasureSettings(
-                requests_per_concurrency=m.requests_per_concurrency,
-                timeout_s=m.timeout_s,
-                min_measure_s=m.min_measure_s,
-            ),
+            settings=MeasureSettings.of(m),
             warmup_requests=m.warmup_requests,
             start_timeout_s=m.start_timeout_s,
         )

@@ -209,11 +209,7 @@ def check_measured(
             f"{prepared.digest[:12]} vs {digest[:12]})"
         )
     m = resolved.spec.measurement
-    settings = MeasureSettings(
-        requests_per_concurrency=m.requests_per_concurrency,
-        timeout_s=m.timeout_s,
-        min_measure_s=m.min_measure_s,
-    )
+    settings = MeasureSettings.of(m)
     cells = [
         Cell(workload=workload, concurrency=c, repeat=r)
         for r in range(resolved.spec.repeats)
