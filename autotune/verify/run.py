@@ -14,6 +14,7 @@ from typing import Any
 from autotune.engine._base import EngineConfig, MeasureSettings, PreparedWorkload
 from autotune.engine.vllm_checks import imported_vllm_version
 from autotune.errors import NoResultError, SpecError
+from autotune.spec.labels import OFF_PROSE
 from autotune.spec.loader import ResolvedStudy
 from autotune.store import StudyRecord, TrialRecord
 from autotune.verify.compare import (
@@ -104,7 +105,7 @@ def plan_fixed(rec: Any, trials: Sequence[TrialRecord], seed: int) -> Plan:
     return Plan(
         mode="fixed",
         label=label,
-        reference_label="baseline",
+        reference_label=OFF_PROSE,
         target=engine_kwargs(engine_config(rec.study.model, target_trial), seed),
         reference=engine_kwargs(engine_config(rec.study.model, base_trial), seed),
         study_numbers=numbers,

@@ -236,7 +236,7 @@ def test_verifications_go_with_their_study(replayed) -> None:
     assert only[1] == newer
     assert verifying.verifications(replayed, study, "chat") == []
     (line,) = verifying.verification_lines(replayed, "grid")
-    assert "ngram N=2 vs baseline (code), passed" in line and "-1.7%" in line
+    assert "ngram N=2 vs off (no speculation) (code), passed" in line and "-1.7%" in line
     api.delete_study(replayed, "grid")
     assert replayed.list_studies() == []
     from sqlalchemy import text
