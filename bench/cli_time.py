@@ -39,7 +39,7 @@ PROBE = (
 
 def populate(db: str) -> None:
     from autotune import api
-    from autotune.search.bench import study_from_landscape
+    from autotune.search.landscape_study import study_from_landscape
     from autotune.store import Store
 
     store = Store(db)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autotune import api
-from autotune.search.bench import study_from_landscape
+from autotune.search.landscape_study import study_from_landscape
 from autotune.store import Store, TrialRecord
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -17,8 +17,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from autotune.bench.search import available_strategies, grid_and_oracle, run_bench, summarize
 from autotune.engine.landscape import read_landscape
-from autotune.search.bench import available_strategies, grid_and_oracle, run_bench, summarize
 
 HERE = Path(__file__).resolve().parent
 
@@ -28,9 +28,7 @@ def tolerance_pct(path: Path) -> float:
     cells: dict[tuple, list[float]] = defaultdict(list)
     for p in read_landscape(path):
         cells[(p.workload, p.config, p.concurrency)].append(p.output_throughput_tok_s)
-    spreads = [
-        100.0 * (max(v) - min(v)) / statistics.mean(v) for v in cells.values() if len(v) > 1
-    ]
+    spreads = [100.0 * (max(v) - min(v)) / statistics.mean(v) for v in cells.values() if len(v) > 1]
     return float(max(1, math.ceil(statistics.median(spreads)))) if spreads else 1.0
 
 

@@ -27,7 +27,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from autotune.search.bench import grid_and_oracle, run_bench, summarize
+from autotune.bench.search import grid_and_oracle, run_bench, summarize
 
 HERE = Path(__file__).resolve().parent
 

@@ -1,7 +1,7 @@
 """``autotune bench ...``: benchmark the search strategies on recorded landscapes.
 
 The benchmark is a client of :mod:`autotune.api` (it creates and runs real studies through the
-facade), so this command calls :func:`autotune.search.bench.bench_search` directly; the facade
+facade), so this command calls :func:`autotune.bench.search.bench_search` directly; the facade
 never imports the benchmark.
 """
 
@@ -91,7 +91,7 @@ def search(
           --strategy model --strategy grid --strategy tpe --seeds 3
       autotune bench search --landscape L.csv --tolerance 3 --json
     """
-    from autotune.search.bench import bench_search
+    from autotune.bench.search import bench_search
 
     result = bench_search(landscape, strategies, seeds, tolerance, jobs=jobs)
     if as_json:

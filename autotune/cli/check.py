@@ -1,12 +1,13 @@
 """``autotune check``: a CI gate on a deployed --speculative-config (exit 0 ok, 1 not).
 
 ``check --measure`` and the stored ``verify`` lines come from the :mod:`autotune.verify` entry
-points, called directly: ``verify`` is a client of :mod:`autotune.api`, which never imports it.
+points, called directly: ``verify`` is a client of :mod:`autotune.api`, which never imports it;
+the stored-choice gate is ``api.check`` (:func:`autotune.recommend.answer.check_stored`).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -17,6 +18,9 @@ from autotune.cli._common import (
     FiniteFloatRange,
     pass_ctx,
 )
+
+if TYPE_CHECKING:
+    from autotune.store import Store
 
 
 @click.command("check")
@@ -143,17 +147,18 @@ def check(
       autotune check --model tiny --workload code --config deployed.json --measure
     """
     from autotune import api
-    from autotune.recommend import check as gate
+    from autotune.recommend.check import CheckFailed
     from autotune.recommend.normalize import parse_config_text, read_config_arg
 
     deployed = parse_config_text(*read_config_arg(config_arg))
+    store = ctx.store()
     if context is not None:  # the context-length axis: judge at the bucket for L
-        pick = api.context_bucket(ctx.store(), model, workload, context, study_name)
+        pick = api.context_bucket(store, model, workload, context, study_name)
         click.echo(f"note: {pick.line()}", err=True)
         workload = pick.workload
     if measure:
         _check_measured(
-            ctx,
+            store,
             model,
             workload,
             deployed,
@@ -167,30 +172,28 @@ def check(
         )
         return
 
-    rec = api.recommend(ctx.store(), model, workload, concurrency, study=study_name)
-    # a partial study, or one whose space was not exhausted (#11.2); low-confidence levels (#11.8)
-    for note in (*rec.notes, *(lc.line() for lc in rec.low_confidence)):
-        click.echo(f"note: {note}", err=True)
-    result = gate.check(
-        rec.choice,
+    checked = api.check(
+        store,
+        model,
+        workload,
         deployed,
-        study=rec.study.name,
+        concurrency=concurrency,
         tolerance_pct=tolerance_pct,
-        measured_vllm_versions=[r.vllm_version for r in rec.rows],
-        installed_vllm=gate.installed_vllm_version(),
-        levels=[lv.concurrency for lv in rec.per_level],
+        study=study_name,
     )
+    for note in checked.notes:
+        click.echo(f"note: {note}", err=True)
     from autotune.verify import verification_lines
 
-    for line in verification_lines(ctx.store(), rec.study, workload):  # autotune verify
+    for line in verification_lines(store, checked.study, workload):  # autotune verify
         click.echo(f"note: {line}", err=True)
-    if not result.ok:
-        raise gate.CheckFailed(result.reason)
-    click.echo(result.reason)
+    if not checked.result.ok:
+        raise CheckFailed(checked.result.reason)
+    click.echo(checked.result.reason)
 
 
 def _check_measured(
-    ctx: Context,
+    store: Store,
     model: str,
     workload: str,
     deployed: dict[str, Any] | None,
@@ -209,7 +212,7 @@ def _check_measured(
     from autotune.verify import check_measured
 
     result = check_measured(
-        ctx.store(),
+        store,
         model,
         workload,
         deployed,

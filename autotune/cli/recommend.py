@@ -253,7 +253,7 @@ def recommend(
     config = rec.speculative_config
     shown = render.dsd_config(rec.per_level) if fmt == "dsd" else config
     if as_json:
-        click.echo(json.dumps(_measured_json(rec, shown)))
+        click.echo(json.dumps(rec.to_json(shown)))
     elif fmt in ("json", "dsd"):
         click.echo(render.speculative_json(shown))
     elif fmt == "yaml":
@@ -311,75 +311,6 @@ def _print_context_dsd(
         click.echo(json.dumps(table))
 
 
-def _measured_json(rec: Any, shown: Any) -> dict[str, Any]:
-    from autotune.recommend.starts import starts_json
-    from autotune.spec.context import split_bucket
-
-    cov = rec.coverage
-    speedup = rec.choice.speedup
-    return {
-        "source": "measured",
-        "speculative_config": shown,
-        "config": rec.choice.best.label(),
-        "study": rec.study.name,
-        "workload": rec.workload,
-        "context_length": split_bucket(rec.workload)[1],
-        "status": rec.study.status,
-        "concurrency": rec.concurrency,
-        "answered_from_levels": (
-            {str(c): round(w, 4) for c, w in sorted(rec.weights.items())}
-            if rec.weights is not None
-            else None
-        ),
-        "traffic": (
-            {str(c): round(w, 6) for c, w in sorted(rec.traffic.items())}
-            if rec.traffic is not None
-            else None
-        ),
-        "configs_measured": cov.measured if cov else None,
-        "configs_planned": cov.planned if cov else None,
-        "speedup_vs_off": _sig(speedup),
-        "loses_at": [loss.as_json() for loss in rec.losses()],
-        "notes": list(rec.notes),
-        "low_confidence": [lc.as_json() for lc in rec.low_confidence],
-        "tie": bool(rec.ties),
-        "tied_with": [
-            {
-                "concurrency": t.concurrency,
-                "config": o.label(),
-                "speculative_config": o.speculative_config,
-                "diff_pct": round(100.0 * (o.median_tok_s / t.best.median_tok_s - 1.0), 3),
-                "within_pct": round(t.best.tie_pct(o), 3),
-            }
-            for t in rec.ties
-            for o in t.tied_with
-        ],
-        "degenerate": bool(rec.degenerate),
-        "output_degeneracy": [
-            {
-                "concurrency": c.concurrency,
-                "loop_share": c.loop_share,
-                "distinct_4gram_ratio": c.distinct_4gram_ratio,
-                "loop_at_max_tokens_share": c.loop_at_max_tokens_share,
-                "degenerate": c.degenerate,
-            }
-            for c in rec.per_level
-            if rec.concurrency is None or c.concurrency == rec.concurrency
-        ],
-        "baseline_drift": [
-            {"concurrency": c.concurrency, "drift_pct": round(c.drift_pct, 3)}
-            for c in rec.per_level
-            if c.drift_pct is not None and rec._answers(c.concurrency)
-        ],
-        "starts": [starts_json(rec.rows, c) for c in rec.per_level if rec._answers(c.concurrency)],
-    }
-
-
-def _sig(value: float | None, digits: int = 4) -> float | None:
-    """``value`` to ``digits`` significant digits (1.080695528 -> 1.081)."""
-    return None if value is None else float(f"{value:.{digits}g}")
-
-
 def parse_traffic(text: str) -> tuple[dict[int, float], str | None]:
     """``1:0.2,8:0.5,32:0.3`` as {concurrency: share}; shares that do not sum to 1 (within
     1e-6) are normalised, with the note saying so as the second value. Raises SpecError (exit
@@ -417,7 +348,7 @@ def _print_prior(prior: Any, fmt: str, explain: bool, as_json: bool) -> None:
     config = prior.speculative_config
     label = prior.label()
     if as_json:
-        click.echo(json.dumps({"speculative_config": config, **label}))
+        click.echo(json.dumps(prior.to_json()))
     elif fmt == "yaml":
         click.echo(
             render.as_yaml(

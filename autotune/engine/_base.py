@@ -12,10 +12,13 @@ import json
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from autotune.spec.labels import PLAIN, Labels
 from autotune.spec.methods import BASELINE, speculative_config
+
+if TYPE_CHECKING:
+    from autotune.spec.study import MeasurementSpec
 
 
 @dataclass(frozen=True)
@@ -121,6 +124,16 @@ class MeasureSettings:
     min_measure_s: float = 0.0
     """Keep issuing requests (cycling the prompts) until this many seconds have passed too
     (``measurement.min_measure_s``; 0: exactly ``num_requests``)."""
+
+    @classmethod
+    def of(cls, measurement: MeasurementSpec) -> MeasureSettings:
+        """A study's own protocol (its ``measurement:`` block): what the tuner, ``check
+        --measure`` and ``verify`` all measure with, so none runs another protocol."""
+        return cls(
+            requests_per_concurrency=measurement.requests_per_concurrency,
+            timeout_s=measurement.timeout_s,
+            min_measure_s=measurement.min_measure_s,
+        )
 
     def num_requests(self, workload: PreparedWorkload, concurrency: int) -> int:
         return max(len(workload.prompts), self.requests_per_concurrency * concurrency)

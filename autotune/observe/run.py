@@ -11,6 +11,7 @@ from typing import Any
 from autotune.errors import NoResultError, SpecError
 from autotune.observe.predict import LivePrediction, family_points, predict_live, study_acceptance
 from autotune.observe.window import Window, observe_window
+from autotune.spec.labels import OFF
 
 _NOT_FAMILY = ("num_speculative_tokens", "num_speculative_tokens_per_batch_size")
 
@@ -170,14 +171,14 @@ def render(o: Observation) -> str:
         if best.num_speculative_tokens == p.deployed_n:
             verdict = f"the deployed N={p.deployed_n} is predicted best for this traffic"
         else:
-            what = "off" if best.num_speculative_tokens == 0 else f"N={best.num_speculative_tokens}"
+            what = OFF if best.num_speculative_tokens == 0 else f"N={best.num_speculative_tokens}"
             verdict = (
                 f"{what} is predicted {_pct(best.gain)} (range {_pct(best.gain_low)} to "
                 f"{_pct(best.gain_high)}) against the deployed N={p.deployed_n}"
             )
         lines.append(f" prediction (study's step cost, live acceptance; traffic {mix}): {verdict}")
         others = ", ".join(
-            f"{'off' if c.num_speculative_tokens == 0 else f'N={c.num_speculative_tokens}'} "
+            f"{OFF if c.num_speculative_tokens == 0 else f'N={c.num_speculative_tokens}'} "
             f"{_pct(c.gain)}"
             for c in p.candidates
         )

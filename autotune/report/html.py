@@ -31,6 +31,7 @@ from autotune.report._figures import (
 from autotune.report.frames import summary_frame
 from autotune.report.published import acceptance_comparison
 from autotune.report.table import provenance
+from autotune.spec.labels import OFF, OFF_PROSE
 
 Renderer = Literal["auto", "svg", "plotly", "matplotlib"]
 
@@ -611,12 +612,12 @@ def _plotly_throughput(figs: Figures) -> Any:
                         x=[xs[0], xs[-1]],
                         y=[base.median_tok_s] * 2,
                         mode="lines",
-                        name="off (no speculation)",
-                        legendgroup="off",
-                        showlegend="off" not in shown,
+                        name=OFF_PROSE,
+                        legendgroup=OFF,
+                        showlegend=OFF not in shown,
                         line={"color": BASELINE_COLOR, "dash": "dash"},
                         hovertemplate=(
-                            f"off: {base.median_tok_s:,.1f} tok/s"
+                            f"{OFF}: {base.median_tok_s:,.1f} tok/s"
                             + (" (recommended)" if base.recommended else "")
                             + "<extra></extra>"
                         ),
@@ -624,7 +625,7 @@ def _plotly_throughput(figs: Figures) -> Any:
                     row=i,
                     col=j,
                 )
-                shown.add("off")
+                shown.add(OFF)
                 fig.add_hrect(
                     y0=base.min_tok_s,
                     y1=base.max_tok_s,
@@ -733,7 +734,7 @@ def _plotly_speedup(figs: Figures) -> Any:
         fig.update_yaxes(title_text="speedup vs off (×)" if j == 1 else None, row=1, col=j)
     fig.update_layout(
         title=f"{figs.title}: best speedup per method vs concurrency<br><sup>each point: the "
-        "method's best N at that concurrency; dashed line: off (no speculation) = 1×</sup>",
+        f"method's best N at that concurrency; dashed line: {OFF_PROSE} = 1×</sup>",
         height=460,
         width=max(700, 480 * len(names)),
         template="plotly_white",

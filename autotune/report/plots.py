@@ -12,6 +12,7 @@ import pandas as pd
 
 from autotune.errors import NoResultError
 from autotune.report._figures import BASELINE_COLOR, Figures, Panel, build, footnote
+from autotune.spec.labels import OFF_PROSE
 
 DPI = 120
 
@@ -142,7 +143,7 @@ def throughput_figure(figs: Figures) -> Any:
                         f"{workload} · concurrency {concurrency} · ★ off recommended", fontsize=10
                     )
                 handles.setdefault(
-                    "off (no speculation)",
+                    OFF_PROSE,
                     Line2D([], [], color=BASELINE_COLOR, ls="--", lw=1.3),
                 )
                 base = b.median_tok_s
@@ -154,7 +155,7 @@ def throughput_figure(figs: Figures) -> Any:
                     right.set_ylabel("speedup vs off (×)")
             _pad_ylim(ax, panel)
     fig.suptitle(f"{figs.title}: output throughput vs num_speculative_tokens", fontsize=12)
-    order = [*figs.labels, "off (no speculation)"]
+    order = [*figs.labels, OFF_PROSE]
     keep = [k for k in order if k in handles]
     _legend(fig, [handles[k] for k in keep], keep, footnote(figs))
     return fig
@@ -279,7 +280,7 @@ def speedup_figure(figs: Figures) -> Any:
     keep = [k for k in figs.labels if k in handles]
     note = (
         "each point: the method's best N at that concurrency (labelled); "
-        "dashed line: off (no speculation) = 1×"
+        f"dashed line: {OFF_PROSE} = 1×"
     )
     _legend(fig, [handles[k] for k in keep], keep, note)
     return fig

@@ -2,7 +2,7 @@
 concurrency levels, methods, N ranges and knob values, on the ``replay`` engine.
 
 ``autotune study create --landscape`` (:func:`autotune.api.create_replay_study`) and the search
-benchmark (:mod:`autotune.search.bench`) both build their studies here.
+benchmark (:mod:`autotune.bench.search`) both build their studies here.
 """
 
 from __future__ import annotations

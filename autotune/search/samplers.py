@@ -78,7 +78,7 @@ class OptunaMirror:
         metric: str = METRIC,
     ) -> None:
         """``storage``: Optuna's storage on the study store (``Store.optuna_storage()``). A
-        dead driver's RUNNING trials were failed by ``autotune.api.run_study`` under the
+        dead driver's RUNNING trials were failed by ``autotune.search.protocol`` under the
         study's lease."""
         import optuna
 

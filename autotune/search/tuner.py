@@ -41,6 +41,7 @@ from autotune.cluster.jobs import (
     TrialEvent,
     TrialJob,
 )
+from autotune.cluster.pools import Pool
 from autotune.engine._base import (
     EngineConfig,
     EngineInfo,
@@ -74,19 +75,6 @@ from autotune.spec.labels import Labels
 from autotune.spec.loader import ResolvedStudy
 from autotune.spec.methods import BASELINE
 from autotune.store import MeasurementRecord, Store, StudyRecord
-
-
-class Pool(Protocol):
-    slots: int
-
-    @property
-    def busy(self) -> int: ...
-
-    def submit(self, job: TrialJob) -> None: ...
-
-    def poll(self, timeout_s: float = ...) -> list[TrialEvent]: ...
-
-    def shutdown(self) -> None: ...
 
 
 class Reporter(Protocol):
@@ -180,7 +168,7 @@ class _Trial:
 
 class Tuner:
     """Runs one study on a pool until its strategy is done, its budget is spent or it is
-    stopped. The caller holds the study's lease (:func:`autotune.api.run_study`)."""
+    stopped. The caller holds the study's lease (:func:`autotune.search.protocol.run_protocol`)."""
 
     def __init__(
         self,
@@ -467,11 +455,7 @@ class Tuner:
             TrialJob,
             workloads=self._prepare_workloads(),
             cells=plan_cells(self.study),
-            settings=MeasureSettings(
-                requests_per_concurrency=m.requests_per_concurrency,
-                timeout_s=m.timeout_s,
-                min_measure_s=m.min_measure_s,
-            ),
+            settings=MeasureSettings.of(m),
             warmup_requests=m.warmup_requests,
             start_timeout_s=m.start_timeout_s,
         )

@@ -12,6 +12,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from autotune.spec.labels import OFF_PROSE
+
 DEFAULT_TOLERANCE = 0.10
 """Allowed relative difference between the server-path speedup and the study's (CPU default)."""
 
@@ -147,7 +149,7 @@ def _pct(value: float | None) -> str:
 def render(v: Verification) -> str:
     """The verification table: per level, throughput and acceptance length through the server
     vs in the study, and the two speedups."""
-    ref = "baseline" if v.mode == "fixed" else v.reference_label
+    ref = OFF_PROSE if v.mode == "fixed" else v.reference_label
     lines = [
         f"verify {v.model} / {v.workload} (study {v.study}): {v.label} vs {ref}, "
         f"served by vllm serve, driven by vllm bench serve",
@@ -181,7 +183,7 @@ def summary_line(v: Verification, when: str = "") -> str:
     at = f" on {when}" if when else ""
     return (
         f"verified through vllm serve{at}: {v.label} vs "
-        f"{'baseline' if v.mode == 'fixed' else v.reference_label} ({v.workload}), {state}, "
+        f"{OFF_PROSE if v.mode == 'fixed' else v.reference_label} ({v.workload}), {state}, "
         f"largest speedup difference {_pct(worst)}% (tolerance {v.tolerance * 100:g}%)"
     )
 

@@ -130,8 +130,9 @@ def check_measured(
 ) -> MeasuredCheck:
     """Measure ``deployed`` (and the baseline) now, compare with the study, store the result.
     Every input is checked before an engine starts."""
-    from autotune.api import _pool_factory, recommend
+    from autotune.api import recommend
     from autotune.cluster.jobs import Cell
+    from autotune.cluster.pools import pool_factory
     from autotune.datasets import prepare
     from autotune.recommend import check as gate
     from autotune.recommend.choose import baseline_drift, latest_digest
@@ -208,17 +209,13 @@ def check_measured(
             f"{prepared.digest[:12]} vs {digest[:12]})"
         )
     m = resolved.spec.measurement
-    settings = MeasureSettings(
-        requests_per_concurrency=m.requests_per_concurrency,
-        timeout_s=m.timeout_s,
-        min_measure_s=m.min_measure_s,
-    )
+    settings = MeasureSettings.of(m)
     cells = [
         Cell(workload=workload, concurrency=c, repeat=r)
         for r in range(resolved.spec.repeats)
         for c in levels
     ]
-    pool = _pool_factory(resolved, rec.study, None, None, False)(resolved)
+    pool = pool_factory(resolved, None, None, False)(resolved)
     try:
         (now_cfg, *rest), version = run_configs(
             pool,

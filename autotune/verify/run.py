@@ -14,6 +14,7 @@ from typing import Any
 from autotune.engine._base import EngineConfig, MeasureSettings, PreparedWorkload
 from autotune.engine.vllm_checks import imported_vllm_version
 from autotune.errors import NoResultError, SpecError
+from autotune.spec.labels import OFF_PROSE
 from autotune.spec.loader import ResolvedStudy
 from autotune.store import StudyRecord, TrialRecord
 from autotune.verify.compare import (
@@ -36,14 +37,7 @@ def prepare_study_workload(resolved: ResolvedStudy, workload: str) -> PreparedWo
 
     if workload not in resolved.workloads:
         raise SpecError(f"the study has no workload {workload!r}", source="--workload")
-    w = resolved.workloads[workload]
-    m = resolved.spec.measurement
-    caps: dict[str, Any] = {}
-    if m.max_prompts is not None and m.max_prompts < w.spec.num_prompts:
-        caps["num_prompts"] = m.max_prompts
-    if m.max_tokens is not None and m.max_tokens < w.spec.max_tokens:
-        caps["max_tokens"] = m.max_tokens
-    return prepare(w.spec.model_copy(update=caps), Path(w.base_dir))
+    return prepare(*resolved.measured_workload(workload))
 
 
 def engine_config(model: str, trial: TrialRecord) -> EngineConfig:
@@ -111,7 +105,7 @@ def plan_fixed(rec: Any, trials: Sequence[TrialRecord], seed: int) -> Plan:
     return Plan(
         mode="fixed",
         label=label,
-        reference_label="baseline",
+        reference_label=OFF_PROSE,
         target=engine_kwargs(engine_config(rec.study.model, target_trial), seed),
         reference=engine_kwargs(engine_config(rec.study.model, base_trial), seed),
         study_numbers=numbers,
@@ -265,9 +259,7 @@ def verify(
             f"(digest {prepared.digest[:12]} vs {rec.choice.workload_digest[:12]})"
         )
     m = resolved.spec.measurement
-    settings = MeasureSettings(
-        requests_per_concurrency=m.requests_per_concurrency, timeout_s=m.timeout_s
-    )
+    settings = MeasureSettings.of(m)
     levels = sorted(plan.study_numbers)
     with scratch_dir(workdir) as wd:
         (target_cmd, target_runs), (ref_cmd, ref_runs) = (

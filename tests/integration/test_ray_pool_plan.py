@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from autotune import api
-from autotune.search.bench import study_from_landscape
+from autotune.search.landscape_study import study_from_landscape
 from autotune.search.tuner import Tuner
 from autotune.store import Store
 

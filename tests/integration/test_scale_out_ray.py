@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from autotune import api
-from autotune.search.bench import study_from_landscape
+from autotune.search.landscape_study import study_from_landscape
 from autotune.store import Store, TrialRecord
 
 pytestmark = pytest.mark.integration

@@ -13,9 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from autotune import api
-from autotune.cli.bench import bench
-from autotune.engine.landscape import COLUMNS, read_landscape
-from autotune.search.bench import (
+from autotune.bench.search import (
     RESULT_KEYS,
     landscape_truth,
     run_strategy,
@@ -23,6 +21,8 @@ from autotune.search.bench import (
     summarize,
     time_to_target,
 )
+from autotune.cli.bench import bench
+from autotune.engine.landscape import COLUMNS, read_landscape
 from autotune.store import Store
 
 REPO = Path(__file__).resolve().parents[2]

@@ -536,7 +536,7 @@ def test_good_source_passes_the_create_check(tmp_path: Path) -> None:
 def test_knob_values_off_a_grid_are_replayed(tmp_path: Path) -> None:
     """Recorded knob combinations that are not a full grid make one method entry over the
     recorded values; the grid's missing combinations fail at no cost on replay."""
-    from autotune.search.bench import study_from_landscape
+    from autotune.search.landscape_study import study_from_landscape
 
     land = tmp_path / "l.csv"
     row = "org/tiny,code,ngram,,2,1,0,120.0,1.5,0.5;0.2,5,1"

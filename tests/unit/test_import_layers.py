@@ -21,14 +21,11 @@ HOMES = {
     "pandas": {"report"},
     "matplotlib": {"report"},
     "plotly": {"report"},
-    # Optuna's home is search/; the store creates its schema and the API deletes an Optuna
-    # study on `study create --replace` (issue #19 leaves that to move).
-    "optuna": {"search", "store", "api"},
+    # Optuna's home is search/; the store creates its schema.
+    "optuna": {"search", "store"},
 }
 
 KNOWN_PAIRS = {
-    # search/bench.py runs studies through the API (a client above the facade).
-    ("api", "search"),
     # spec.loader.resolve_study consults vLLM's EngineArgs names and the platform via engine/.
     ("engine", "spec"),
 }

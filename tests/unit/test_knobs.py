@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from autotune import api
+from autotune.bench.search import landscape_truth, run_strategy, study_from_landscape
 from autotune.engine.landscape import COLUMNS, LandscapePoint, read_landscape, write_landscape
 from autotune.errors import SpecError
-from autotune.search.bench import landscape_truth, run_strategy, study_from_landscape
 from autotune.search.space import SearchSpace
 from autotune.spec.knobs import check_params, cpu_warnings, knob_params, variants
 from autotune.spec.loader import resolve_study, validate

@@ -14,7 +14,7 @@ import pytest
 from autotune import api
 from autotune.cluster.devices import Devices, local_devices
 from autotune.engine.models import locate_weights
-from autotune.search.bench import study_from_landscape
+from autotune.search.landscape_study import study_from_landscape
 from autotune.spec.loader import load_study_file, resolve_study
 from autotune.store import Store
 from tests.conftest import REPO, file_digest

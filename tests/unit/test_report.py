@@ -441,7 +441,7 @@ def test_report_shows_published_beside_measured_acceptance(tmp_path: Path):
     text, JSON and HTML show each N's published AL next to the measured one."""
     from autotune.engine.landscape import LandscapePoint
     from autotune.engine.landscape import write_landscape as write_points
-    from autotune.search.bench import study_from_landscape
+    from autotune.search.landscape_study import study_from_landscape
 
     acc = (0.8, 0.6, 0.4)
     points = [

@@ -323,7 +323,7 @@ def _load_recording(store_path: Path, slo: dict[str, Any] | None = None) -> None
     the study's ``slo:`` block."""
     from autotune import api
     from autotune.engine._base import EngineConfig, EngineInfo, Measurement
-    from autotune.search.bench import study_from_landscape
+    from autotune.search.landscape_study import study_from_landscape
     from autotune.store import Store
 
     df = pd.read_csv(DATA, comment="#", dtype=str, keep_default_na=False)
@@ -552,7 +552,7 @@ def _replayed(tmp_path: Path, name: str, seed: int, **extra: Any) -> tuple[Any, 
     """A `model`-sampler study of the recorded sweep (as a landscape with its p99 columns), run
     through the real tuner loop and store on the replay engine."""
     from autotune import api
-    from autotune.search.bench import study_from_landscape
+    from autotune.search.landscape_study import study_from_landscape
     from autotune.store import Store
 
     store = Store(str(tmp_path / f"{name}.db"))

@@ -179,7 +179,7 @@ def test_requests_follow_the_harness_order(tmp_path) -> None:
 @pytest.fixture
 def replayed(db_path):
     from autotune import api
-    from autotune.search.bench import study_from_landscape
+    from autotune.search.landscape_study import study_from_landscape
     from autotune.store import Store
     from tests.conftest import REPO
 
@@ -236,7 +236,7 @@ def test_verifications_go_with_their_study(replayed) -> None:
     assert only[1] == newer
     assert verifying.verifications(replayed, study, "chat") == []
     (line,) = verifying.verification_lines(replayed, "grid")
-    assert "ngram N=2 vs baseline (code), passed" in line and "-1.7%" in line
+    assert "ngram N=2 vs off (no speculation) (code), passed" in line and "-1.7%" in line
     api.delete_study(replayed, "grid")
     assert replayed.list_studies() == []
     from sqlalchemy import text

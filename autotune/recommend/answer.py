@@ -1,0 +1,784 @@
+"""Answering: which study answers a question, how much of it was measured, the measured
+recommendation with its low-confidence levels, ties and losses, the published prior when nothing
+was measured, the stored-choice check (`autotune check`), and the lines `study run` prints next.
+
+The results are typed objects with ``to_json`` where a command prints them as JSON. The study's
+planned space is counted by the search layer; callers pass that count in (``planned``), so this
+package never imports :mod:`autotune.search`.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from autotune.errors import NoResultError, NotFoundError, SpecError
+from autotune.recommend.starts import starts_json as _starts_json
+from autotune.spec.loader import ResolvedStudy
+from autotune.spec.methods import config_id
+
+if TYPE_CHECKING:
+    from autotune.recommend.check import CheckResult
+    from autotune.recommend.choose import Choice
+    from autotune.spec.context import BucketPick
+    from autotune.spec.published import PublishedResult, StartingPoint
+    from autotune.spec.slo import SLO
+    from autotune.store import MeasurementRecord, Store, StudyRecord
+
+Planned = Callable[[ResolvedStudy], int]
+"""How many engine configs a study's search space holds (``autotune.search.space``)."""
+
+
+FINISHED = "done"
+"""The only status of a study whose strategy finished (space exhausted or nothing can beat the
+best). Budget-stopped studies read ``stopped: budget`` / ``stopped: --max-configs`` /
+``stopped: --max-engines``, interrupted ones ``interrupted``; a killed run stays ``running``."""
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """How much of a study's search space was measured."""
+
+    measured: int
+    """Engine configs that finished (completed or failed)."""
+    planned: int
+    """Engine configs in the study's search space."""
+    status: str
+
+    @property
+    def exhausted(self) -> bool:
+        return self.status == FINISHED or self.measured >= self.planned
+
+    def line(self, study: str) -> str:
+        return (
+            f"study {study!r} is {self.status}: {self.measured} of the {self.planned} configs "
+            f"its search planned were measured; the answer may change when it finishes "
+            f"(autotune study resume {study})"
+        )
+
+
+def coverage(store: Store, record: StudyRecord, planned: Planned) -> Coverage:
+    """Finished configs vs the ``planned`` configs of the study's search space."""
+    resolved = ResolvedStudy.from_json(record.resolved_json)
+    # Distinct configs: the drift check's second baseline run is the same config.
+    measured = len(
+        {t.config_key for t in store.trials(record) if t.state in ("complete", "failed")}
+    )
+    return Coverage(measured=measured, planned=planned(resolved), status=record.status)
+
+
+@dataclass(frozen=True)
+class Selected:
+    """The study an answer comes from, and why, when it is not a finished one."""
+
+    study: StudyRecord
+    rows: Sequence[MeasurementRecord]
+    notes: tuple[str, ...]
+    """Lines for stderr: which partial study is used and how much of it was measured."""
+    coverage: Coverage | None
+    """None for a finished study (status ``done``)."""
+
+
+def select_study(
+    store: Store, model: str, workload: str, study: str | None, planned: Planned
+) -> Selected:
+    """The study `recommend` and `check` answer from.
+
+    ``study`` picks one explicitly. Otherwise, among the studies of ``model`` that measured
+    ``workload``: the finished one (status ``done``) with the newest measurement; when none is
+    finished, the partial one with the newest measurement, with a note saying so. Either way, a
+    study whose search space was not exhausted gets a note with its coverage.
+    """
+    studies = [
+        s
+        for s in store.list_studies()
+        if (study is None or s.name == study) and model in (s.model_alias, s.model)
+    ]
+    if study is not None and not studies:
+        raise NotFoundError(f"no study named {study!r} for model {model!r}")
+    candidates = []
+    for s in studies:
+        rows = store.measurements(study=s.name, workload=workload)
+        if rows:
+            candidates.append((s.status == FINISHED, max(r.created_at for r in rows), s, rows))
+    if not candidates:
+        raise NoResultError(
+            f"nothing measured for model {model!r} and workload {workload!r} yet; "
+            f"create and run a study first (autotune study create / autotune study run)"
+        )
+    finished, _, record, rows = max(candidates, key=lambda c: (c[0], c[1]))
+    notes: list[str] = []
+    if study is None and not finished:
+        notes.append(
+            f"no finished study of {model} measured {workload}; answering from the partial "
+            f"study {record.name!r} (status {record.status}), the one measured most recently"
+        )
+    # A finished study's strategy ended by itself; only a partial one needs its coverage (and
+    # computing it imports the search package, a good part of a read-only command's time).
+    cov = None if record.status == FINISHED else coverage(store, record, planned)
+    if cov is not None and not cov.exhausted:
+        notes.append(cov.line(record.name))
+    return Selected(record, rows, tuple(notes), cov)
+
+
+def measured_buckets(
+    store: Store, model: str, workload: str, study: str | None = None
+) -> dict[int, str]:
+    """The context-length buckets (``WORKLOAD@ctxL``) of ``workload`` measured for ``model``
+    (in ``study`` only, when given): context length -> measured workload name."""
+    from autotune.spec.context import buckets_of
+
+    return buckets_of(workload, measured_workload_names(store, model, study))
+
+
+def measured_workload_names(store: Store, model: str, study: str | None = None) -> set[str]:
+    """Every workload name measured for ``model`` (in ``study`` only, when given)."""
+    names: set[str] = set()
+    for s in store.list_studies():
+        if (study is None or s.name == study) and model in (s.model_alias, s.model):
+            names.update(r.workload for r in store.measurements(study=s.name))
+    return names
+
+
+def per_context_only(store: Store, model: str, workload: str, study: str | None = None) -> str:
+    """Why a question about ``workload`` without ``--context`` has no single answer ("" when it
+    has one): it was measured per context-length bucket only."""
+    from autotune.spec.context import buckets_of
+
+    names = measured_workload_names(store, model, study)
+    found = buckets_of(workload, names)
+    if not found or workload in names:
+        return ""
+    return (
+        f"workload {workload!r} of {model} was measured per context length only (buckets of "
+        f"{', '.join(map(str, found))} prompt tokens): give --context L (the prompt tokens of "
+        "the requests to answer for), or --format dsd for one table per bucket"
+    )
+
+
+def context_bucket(
+    store: Store, model: str, workload: str, context: int, study: str | None = None
+) -> BucketPick:
+    """The measured bucket that answers for requests of ``context`` prompt tokens
+    (``autotune.spec.context.BucketPick``): the smallest at or above it, else the largest."""
+    from autotune.spec.context import pick_bucket
+
+    found = measured_buckets(store, model, workload, study)
+    pick = pick_bucket(workload, context, found.values())
+    if pick is None:
+        raise NoResultError(
+            f"no context-length bucket of workload {workload!r} was measured for model "
+            f"{model!r}; measure some with context_lengths: [...] in a study file, or drop "
+            "--context"
+        )
+    return pick
+
+
+@dataclass(frozen=True)
+class LowConfidence:
+    """A level whose answer the measurements cannot back (``Choice.low_confidence``)."""
+
+    concurrency: int
+    reason: str
+    """Every reason, joined with "; "."""
+
+    def line(self) -> str:
+        """The stderr note (after ``note: ``) of `recommend` and `check`."""
+        return f"low confidence at concurrency {self.concurrency}: {self.reason}"
+
+    def as_json(self) -> dict[str, Any]:
+        return {"concurrency": self.concurrency, "reason": self.reason}
+
+
+def low_confidence(
+    choices: Sequence[Choice], max_spread_pct: float, precision_pct: float | None = None
+) -> tuple[LowConfidence, ...]:
+    """The low-confidence levels among per-level ``choices`` (``autotune.recommend.choose``),
+    judged against the study's ``measurement.max_spread_pct`` and ``precision_pct`` (the
+    baseline's drift limit; None: the default)."""
+    from autotune.recommend.choose import DEFAULT_PRECISION_PCT
+
+    out = []
+    for c in choices:
+        reasons = c.low_confidence(
+            max_spread_pct, DEFAULT_PRECISION_PCT if precision_pct is None else precision_pct
+        )
+        if reasons:
+            out.append(LowConfidence(c.concurrency, "; ".join(reasons)))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class Loss:
+    """A level where an answer over several levels loses to that level's own answer."""
+
+    concurrency: int
+    answer: str
+    winner: str
+    winner_config: dict[str, Any] | None
+    loss_pct: float
+    answer_tok_s: float
+    winner_tok_s: float
+
+    def line(self) -> str:
+        """The stderr note (after ``note: ``)."""
+        return (
+            f"at concurrency {self.concurrency} the answer {self.answer} loses to "
+            f"{self.winner} by {self.loss_pct:.1f}% ({self.answer_tok_s:,.1f} vs "
+            f"{self.winner_tok_s:,.1f} tok/s median); answer that level alone with "
+            f"--concurrency {self.concurrency}"
+        )
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "concurrency": self.concurrency,
+            "winner": self.winner,
+            "winner_speculative_config": self.winner_config,
+            "loss_pct": round(self.loss_pct, 3),
+        }
+
+
+def _sig(value: float | None, digits: int = 4) -> float | None:
+    """``value`` to ``digits`` significant digits (1.080695528 -> 1.081)."""
+    return None if value is None else float(f"{value:.{digits}g}")
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """What `autotune recommend` answers, with everything `--explain` shows."""
+
+    model: str
+    model_alias: str | None
+    workload: str
+    concurrency: int | None
+    """None: one config for every measured level (see ``choose_overall``)."""
+    choice: Choice
+    per_level: Sequence[Choice]
+    study: StudyRecord
+    resolved: ResolvedStudy
+    rows: Sequence[MeasurementRecord]
+    notes: tuple[str, ...] = ()
+    """Lines for stderr (partial study, coverage)."""
+    coverage: Coverage | None = None
+    engine_args: dict[str, Any] = field(default_factory=dict)
+    """Every engine arg the recommended config's trial ran with (false and zero included)."""
+    tensor_parallel_size: int = 1
+    source: str = "measured"
+    low_confidence_levels: tuple[LowConfidence, ...] = ()
+    """Every level of ``per_level`` whose winner's margin is inside the noise or whose winner or
+    baseline spread over the study's ``measurement.max_spread_pct`` (``Choice.low_confidence``)."""
+    weights: dict[int, float] | None = None
+    """The measured levels the answer weighs and how much (a traffic mix, or the two
+    neighbours of an unmeasured ``concurrency``); None: ``concurrency`` alone, or every level
+    equally."""
+    traffic: dict[int, float] | None = None
+    """The traffic mix asked for (concurrency -> share of time), normalised."""
+
+    @property
+    def speculative_config(self) -> dict[str, Any] | None:
+        config: dict[str, Any] | None = self.choice.best.speculative_config
+        return config
+
+    def _answers(self, concurrency: int) -> bool:
+        """Whether the measured level ``concurrency`` is one the answer draws on."""
+        if self.weights is not None:
+            return self.weights.get(concurrency, 0.0) > 0
+        return self.concurrency is None or concurrency == self.concurrency
+
+    @property
+    def low_confidence(self) -> tuple[LowConfidence, ...]:
+        """The low-confidence levels of the answer: ``concurrency``'s (or the levels it is
+        answered from), else every level's (what `recommend` and `check` note on stderr and
+        `--json` carries)."""
+        return tuple(lc for lc in self.low_confidence_levels if self._answers(lc.concurrency))
+
+    @property
+    def ties(self) -> tuple[Choice, ...]:
+        """The tied levels of the answer (``Choice.tie``): ``concurrency``'s (or the levels it
+        is answered from), else every level's."""
+        return tuple(c for c in self.per_level if c.tie and self._answers(c.concurrency))
+
+    @property
+    def interpolated(self) -> bool:
+        """Whether ``concurrency`` was not measured and is answered from its neighbours."""
+        return self.concurrency is not None and self.weights is not None
+
+    def losses(self) -> tuple[Loss, ...]:
+        """The levels the answer draws on where another config beats it outside a tie (only
+        for an answer over several levels: one level's answer is that level's best)."""
+        if self.concurrency is not None and self.weights is None:
+            return ()
+        mine = config_id(self.speculative_config)
+        out = []
+        for lv in self.per_level:
+            if not self._answers(lv.concurrency):
+                continue
+            if any(config_id(t.speculative_config) == mine for t in (lv.best, *lv.tied_with)):
+                continue
+            ours = next(
+                (s for s in (*lv.ranked, *lv.screened) if config_id(s.speculative_config) == mine),
+                None,
+            )
+            if ours is None or lv.best.median_tok_s <= 0:
+                continue
+            out.append(
+                Loss(
+                    concurrency=lv.concurrency,
+                    answer=ours.label(),
+                    winner=lv.best.label(),
+                    winner_config=lv.best.speculative_config,
+                    loss_pct=100.0 * (1.0 - ours.median_tok_s / lv.best.median_tok_s),
+                    answer_tok_s=ours.median_tok_s,
+                    winner_tok_s=lv.best.median_tok_s,
+                )
+            )
+        return tuple(o for o in out if o.loss_pct > 0)
+
+    def answered_from(self) -> str:
+        """The stderr note saying which study (and which levels) answered."""
+        where = ""
+        if self.traffic is not None:
+            mix = ", ".join(f"{c}: {share:.0%}" for c, share in sorted(self.traffic.items()))
+            where = f" for the traffic mix {{{mix}}}"
+        if self.interpolated and self.weights is not None:
+            lo, hi = sorted(self.weights)
+            where = (
+                f" for concurrency {self.concurrency}, which was not measured: from its "
+                f"neighbours {lo} and {hi}, weighted {self.weights[lo]:.2f}/"
+                f"{self.weights[hi]:.2f} by distance in log-concurrency"
+            )
+        elif self.weights is not None:
+            shares = ", ".join(f"{c}: {w:.2f}" for c, w in sorted(self.weights.items()))
+            where += f" (weights on the measured levels {shares})"
+        return f"answered from study {self.study.name!r} (status {self.study.status}){where}"
+
+    @property
+    def degenerate(self) -> tuple[Choice, ...]:
+        """The levels of the answer whose replies were mostly loops (``Choice.degenerate``):
+        ``concurrency``'s, else every level's."""
+        return tuple(
+            c
+            for c in self.per_level
+            if c.degenerate and (self.concurrency is None or c.concurrency == self.concurrency)
+        )
+
+    def to_json(self, shown: dict[str, Any] | None) -> dict[str, Any]:
+        """What `recommend --json` prints; ``shown`` is the config printed (the DSD table's with
+        ``--format dsd``)."""
+        from autotune.spec.context import split_bucket
+
+        cov = self.coverage
+        speedup = self.choice.speedup
+        return {
+            "source": "measured",
+            "speculative_config": shown,
+            "config": self.choice.best.label(),
+            "study": self.study.name,
+            "workload": self.workload,
+            "context_length": split_bucket(self.workload)[1],
+            "status": self.study.status,
+            "concurrency": self.concurrency,
+            "answered_from_levels": (
+                {str(c): round(w, 4) for c, w in sorted(self.weights.items())}
+                if self.weights is not None
+                else None
+            ),
+            "traffic": (
+                {str(c): round(w, 6) for c, w in sorted(self.traffic.items())}
+                if self.traffic is not None
+                else None
+            ),
+            "configs_measured": cov.measured if cov else None,
+            "configs_planned": cov.planned if cov else None,
+            "speedup_vs_off": _sig(speedup),
+            "loses_at": [loss.as_json() for loss in self.losses()],
+            "notes": list(self.notes),
+            "low_confidence": [lc.as_json() for lc in self.low_confidence],
+            "tie": bool(self.ties),
+            "tied_with": [
+                {
+                    "concurrency": t.concurrency,
+                    "config": o.label(),
+                    "speculative_config": o.speculative_config,
+                    "diff_pct": round(100.0 * (o.median_tok_s / t.best.median_tok_s - 1.0), 3),
+                    "within_pct": round(t.best.tie_pct(o), 3),
+                }
+                for t in self.ties
+                for o in t.tied_with
+            ],
+            "degenerate": bool(self.degenerate),
+            "output_degeneracy": [
+                {
+                    "concurrency": c.concurrency,
+                    "loop_share": c.loop_share,
+                    "distinct_4gram_ratio": c.distinct_4gram_ratio,
+                    "loop_at_max_tokens_share": c.loop_at_max_tokens_share,
+                    "degenerate": c.degenerate,
+                }
+                for c in self.per_level
+                if self.concurrency is None or c.concurrency == self.concurrency
+            ],
+            "baseline_drift": [
+                {"concurrency": c.concurrency, "drift_pct": round(c.drift_pct, 3)}
+                for c in self.per_level
+                if c.drift_pct is not None and self._answers(c.concurrency)
+            ],
+            "starts": [
+                _starts_json(self.rows, c) for c in self.per_level if self._answers(c.concurrency)
+            ],
+        }
+
+    def is_low_confidence(self, concurrency: int) -> bool:
+        """Whether the level ``concurrency`` of ``per_level`` is low-confidence."""
+        return any(lc.concurrency == concurrency for lc in self.low_confidence_levels)
+
+
+def recommend(
+    store: Store,
+    model: str,
+    workload: str,
+    concurrency: int | None,
+    study: str | None,
+    slo: SLO | None,
+    traffic: dict[int, float] | None,
+    planned: Planned,
+) -> Recommendation:
+    """The measured recommendation for (model, workload[, concurrency]).
+
+    A ``concurrency`` between two measured levels is answered from its two neighbours, each
+    config's score ratio to the level's best weighted by distance in log-concurrency
+    (:func:`autotune.recommend.choose.neighbour_weights`); outside the measured range it raises
+    :class:`NoResultError`. A ``traffic`` mix (concurrency -> share of time, summing to 1)
+    chooses the config with the best weighted geometric mean over the levels, unmeasured
+    levels split over their neighbours the same way.
+
+    Answers from the study ``select_study`` picks: finished studies first. Under a latency SLO
+    (``slo``, an :class:`autotune.spec.slo.SLO`; else the study's own ``slo:`` block) only the
+    configs whose p99 latencies meet it are chosen; none meeting it raises
+    :class:`autotune.recommend.slo.NoConfigMeetsSLO` naming the closest. Each level is judged
+    against the study's ``measurement.max_spread_pct`` (``low_confidence_levels``).
+    """
+    from autotune.recommend.choose import (
+        choose,
+        choose_overall,
+        neighbour_weights,
+        traffic_weights,
+    )
+    from autotune.recommend.slo import (
+        NoConfigMeetsSLO,
+        choose_goodput,
+        choose_overall_slo,
+        choose_slo,
+        study_slo,
+    )
+
+    sel = select_study(store, model, workload, study, planned)
+    record, rows = sel.study, sel.rows
+    levels = sorted({r.concurrency for r in rows})
+    weights: dict[int, float] | None = None
+    if traffic is not None:
+        try:
+            weights = traffic_weights(traffic, levels)
+        except ValueError as exc:
+            raise NoResultError(f"--traffic for {model}/{workload}: {exc}") from None
+    elif concurrency is not None and concurrency not in levels:
+        weights = neighbour_weights(concurrency, levels)
+        if weights is None:
+            raise NoResultError(
+                f"concurrency {concurrency} lies outside the levels measured for "
+                f"{model}/{workload} ({', '.join(map(str, levels))}); autotune answers "
+                "between measured levels but does not extrapolate"
+            )
+    resolved = ResolvedStudy.from_json(record.resolved_json)
+    slo = slo if slo else study_slo(resolved.spec, workload)
+
+    # vLLM's goodput judges TTFT and TPOT only: an ITL-only SLO is chosen by choose_slo.
+    goodput = resolved.spec.objective == "goodput" and (
+        slo.tpot_p99_ms is not None or slo.ttft_p99_ms is not None
+    )
+
+    def at(level: int) -> Any:
+        if goodput:  # rank by requests/s that met the SLO (vLLM's goodput)
+            return choose_goodput(rows, workload, level, slo)
+        if not slo:
+            return choose(rows, workload, level)
+        under = choose_slo(rows, workload, level, slo)
+        return None if under is None else under.as_choice()
+
+    per_level = []
+    for lv in levels:
+        try:
+            if (c := at(lv)) is not None:
+                per_level.append(c)
+        except NoConfigMeetsSLO:
+            if lv == concurrency:
+                raise
+    if concurrency is not None and weights is None:
+        choice = at(concurrency)
+    elif slo:
+        choice = choose_overall_slo(rows, workload, levels, slo, weights=weights)
+    else:
+        choice = choose_overall(rows, workload, levels, weights=weights)
+    if choice is None:
+        raise NoResultError(f"no usable measurements for {model}/{workload}")
+    # The printed command is the measured one: the engine args stored with the best's trial.
+    trial = next((t for t in store.trials(record) if t.id in choice.best.trial_ids), None)
+    return Recommendation(
+        model=record.model,
+        model_alias=record.model_alias,
+        workload=workload,
+        concurrency=concurrency,
+        choice=choice,
+        per_level=per_level,
+        study=record,
+        resolved=resolved,
+        rows=rows,
+        notes=sel.notes + ((f"under the latency SLO {slo.describe()}",) if slo else ()),
+        coverage=sel.coverage,
+        engine_args=dict(trial.engine_args if trial else resolved.engine_args),
+        tensor_parallel_size=trial.tensor_parallel_size if trial else resolved.tensor_parallel_size,
+        low_confidence_levels=low_confidence(
+            per_level,
+            resolved.spec.measurement.max_spread_pct,
+            resolved.spec.measurement.precision_pct,
+        ),
+        weights=weights,
+        traffic=dict(traffic) if traffic is not None else None,
+    )
+
+
+@dataclass(frozen=True)
+class PriorRecommendation:
+    """An answer from a published result or recipe, for a pair nothing was measured for."""
+
+    point: StartingPoint
+    model: str
+    """HF id of the catalog's target checkpoint."""
+    tensor_parallel_size: int
+    engine_args: dict[str, Any]
+    source: str = "published"
+
+    @property
+    def result(self) -> PublishedResult | None:
+        return self.point.result
+
+    @property
+    def speculative_config(self) -> dict[str, Any] | None:
+        from autotune.spec.methods import speculative_config
+
+        p = self.point
+        params = {}
+        entry = _catalog_entry(p.alias)
+        if entry is not None and p.method in entry.methods:
+            params = dict(entry.methods[p.method].params)
+        return speculative_config(p.method, p.num_speculative_tokens, p.draft, params)
+
+    def to_json(self) -> dict[str, Any]:
+        """What `recommend --json` prints for a published answer."""
+        return {"speculative_config": self.speculative_config, **self.label()}
+
+    def label(self) -> dict[str, Any]:
+        """What `--json`/`--explain` and the stderr note carry about the source."""
+        p = self.point
+        r = p.result
+        return {
+            "source": "published",
+            "citation": p.citation,
+            "method": p.method,
+            "num_speculative_tokens": p.num_speculative_tokens,
+            "n_from": p.n_source,
+            "speedup": r.speedup if r else None,
+            "mean_acceptance_length": r.mean_acceptance_length if r else None,
+            "dataset": r.dataset if r else None,
+            "concurrency": r.concurrency if r else None,
+            "hardware": p.hardware,
+            "engine": r.engine if r else None,
+            "measured_model": r.model if r else None,
+            "date": str(r.date) if r and r.date else None,
+            "labels": list(p.labels),
+            "notes": r.notes if r else "",
+        }
+
+
+def _catalog_entry(alias: str) -> Any:
+    from autotune.spec.catalog import load_catalog
+
+    catalog = load_catalog()
+    found = catalog.resolve(alias)
+    return catalog.models.get(found[0] if found else alias)
+
+
+def published_prior(
+    model: str, workload: str, concurrency: int | None = None
+) -> PriorRecommendation | None:
+    """The published starting point `recommend` falls back to when nothing is measured."""
+    from autotune.spec.published import starting_point
+
+    point = starting_point(model, workload, concurrency)
+    if point is None:
+        return None
+    entry = _catalog_entry(point.alias)
+    return PriorRecommendation(
+        point=point,
+        model=entry.model if entry is not None else model,
+        tensor_parallel_size=entry.tensor_parallel_size.get("default", 1) if entry else 1,
+        engine_args=dict(entry.engine_args) if entry is not None else {},
+    )
+
+
+SOURCES = ("any", "measured", "published")
+
+
+def answer(
+    store: Store | Callable[[], Store] | None,
+    model: str,
+    workload: str,
+    concurrency: int | None,
+    study: str | None,
+    source: str,
+    slo: SLO | None,
+    traffic: dict[int, float] | None,
+    planned: Planned,
+) -> Recommendation | PriorRecommendation:
+    """What `autotune recommend` prints: the measured recommendation, else (``source`` "any")
+    the published starting point; ``source`` "measured"/"published" asks for one of them only.
+
+    ``store`` may be a callable, so a published answer never opens (or creates) a database;
+    None says there is no store yet (nothing measured), so it is not even imported.
+    """
+    if source not in SOURCES:
+        raise SpecError(f"must be one of {', '.join(SOURCES)}", source="--source")
+    if source == "published" and study is not None:
+        raise SpecError("--study names a measured study; drop it or use --source measured")
+    if source == "published" and traffic is not None:
+        raise SpecError("--traffic weighs measured levels; drop it or use --source measured")
+    if source != "published":
+        try:
+            if store is None:
+                raise NoResultError(
+                    f"nothing measured for model {model!r} and workload {workload!r} yet (the "
+                    "store does not exist); create and run a study first (autotune study "
+                    "create / autotune study run)"
+                )
+            opened = store() if callable(store) else store
+            return recommend(opened, model, workload, concurrency, study, slo, traffic, planned)
+        except NoResultError as exc:
+            # A published result says nothing of latency or of a traffic mix: no fallback.
+            if source == "measured" or study is not None or slo or traffic:
+                raise
+            measured_error: NoResultError | None = exc
+    else:
+        measured_error = None
+    prior = published_prior(model, workload, concurrency)
+    if prior is None:
+        what = f"{measured_error}; n" if measured_error else "N"
+        raise NoResultError(f"{what}o published result is known for model {model!r} either")
+    return prior
+
+
+@dataclass(frozen=True)
+class StoredCheck:
+    """What `autotune check` answers from the store: the recommendation it judged against, the
+    stderr notes (partial study, coverage, low-confidence levels) and the gate's verdict."""
+
+    recommendation: Recommendation
+    result: CheckResult
+    notes: tuple[str, ...]
+
+    @property
+    def study(self) -> StudyRecord:
+        return self.recommendation.study
+
+
+def check_stored(
+    store: Store,
+    model: str,
+    workload: str,
+    deployed: dict[str, Any] | None,
+    *,
+    concurrency: int | None,
+    tolerance_pct: float,
+    study: str | None,
+    planned: Planned,
+) -> StoredCheck:
+    """Judge ``deployed`` against the measured recommendation (:func:`autotune.recommend.check.
+    check`): within ``tolerance_pct`` of its robust score, in the same cell, measured on the
+    vLLM installed now."""
+    from autotune.recommend import check as gate
+
+    rec = recommend(store, model, workload, concurrency, study, None, None, planned)
+    result = gate.check(
+        rec.choice,
+        deployed,
+        study=rec.study.name,
+        tolerance_pct=tolerance_pct,
+        measured_vllm_versions=[r.vllm_version for r in rec.rows],
+        installed_vllm=gate.installed_vllm_version(),
+        levels=[lv.concurrency for lv in rec.per_level],
+    )
+    # a partial study, or one whose space was not exhausted (#11.2); low-confidence levels (#11.8)
+    notes = (*rec.notes, *(lc.line() for lc in rec.low_confidence))
+    return StoredCheck(rec, result, notes)
+
+
+def next_steps(record: StudyRecord) -> list[str]:
+    """The commands to run after a study run: look at the report, take the recommendation."""
+    resolved = ResolvedStudy.from_json(record.resolved_json)
+    alias = record.model_alias or record.model
+    q = shlex.quote  # the lines are commands to paste: every user-given word quoted
+    lines = [f"next: autotune report {q(record.name)} --html {q(record.name + '.html')}"]
+    lengths = resolved.spec.context_lengths if resolved.landscape is None else None
+    from autotune.spec.context import split_bucket
+
+    for w in resolved.spec.workloads:
+        base, length = split_bucket(w)  # a replayed landscape's bucket: ask by --context
+        context = length or (lengths[-1] if lengths else None)
+        flag = f" --context {context}" if context else ""
+        lines.append(
+            f"      autotune recommend --model {q(alias)} --workload {q(base)}{flag} --explain"
+        )
+    if lengths:
+        lines += [
+            f"      autotune recommend --model {q(alias)} --workload {q(w)} --format dsd"
+            for w in resolved.spec.workloads
+        ]
+    return lines
+
+
+@dataclass(frozen=True)
+class CatalogMethod:
+    """One method of a catalog model, with the N range autotune searches for it."""
+
+    alias: str
+    model: str
+    tensor_parallel_size: dict[str, int]
+    method: str | None
+    draft: str | None
+    n_max: int | None
+    """None: no method, or a DSpark draft whose N is its trained block (read from its config)."""
+
+
+def catalog_methods() -> list[CatalogMethod]:
+    """Every (model, method) of the catalog with its N bound: the smaller of the catalog's
+    ``n_max`` and what the method's rules allow for that model."""
+    from autotune.spec.catalog import load_catalog
+    from autotune.spec.methods import RuleContext, max_n
+
+    out = []
+    for alias, entry in load_catalog().models.items():
+        tp = dict(entry.tensor_parallel_size)
+        if not entry.methods:
+            out.append(CatalogMethod(alias, entry.model, tp, None, None, None))
+        for method, m in entry.methods.items():
+            ctx = RuleContext(
+                mtp_layers=entry.mtp_layers,
+                block_size=m.block_size,
+                mla_attention=entry.mla_attention,
+            )
+            hi: int | None = min(m.n_max or max_n(method, ctx), max_n(method, ctx))
+            if method == "dspark" and m.block_size is None:
+                hi = None
+            out.append(CatalogMethod(alias, entry.model, tp, method, m.draft, hi))
+    return out

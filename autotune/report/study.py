@@ -1,0 +1,129 @@
+"""What `autotune report` shows and writes for a study: the measurement and summary frames, the
+files asked for, the coverage note of a partial study, the trade-off, drift and context-bucket
+sections, and the lines on cells whose replies were mostly loops."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from autotune.errors import NoResultError
+from autotune.spec.loader import ResolvedStudy
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from autotune.recommend.choose import Drift
+    from autotune.report.context import BucketSection
+    from autotune.store import Store
+
+
+@dataclass(frozen=True)
+class StudyReport:
+    """What `autotune report` shows and wrote: the measurements, their summary, the files."""
+
+    frame: pd.DataFrame
+    """One row per measurement."""
+    summary: pd.DataFrame
+    """One row per config × cell."""
+    written: list[Path]
+    notes: tuple[str, ...]
+    """Lines for stderr: how much of a partial study was measured."""
+    trade_off: pd.DataFrame
+    """Per level every config's tok/s vs p99 latencies, goodput, SLO and
+    Pareto-front flags (:func:`autotune.report.tradeoff.trade_off_frame`; empty without
+    latencies)."""
+    slo_text: dict[str, str]
+    """Workload -> the study's SLO for it, as text ("" where it sets none)."""
+    drift: tuple[Drift, ...]
+    """The baseline's drift per level (``autotune.recommend.choose.Drift``; the drift check)."""
+    precision_pct: float
+    """The study's ``measurement.precision_pct`` (the drift limit)."""
+    buckets: tuple[BucketSection, ...]
+    """One ``autotune.report.context.BucketSection`` per context-length bucket measured."""
+
+
+def report_study(
+    store: Store,
+    name: str,
+    planned: Callable[[ResolvedStudy], int],
+    *,
+    html: Path | None = None,
+    png_dir: Path | None = None,
+    csv: Path | None = None,
+    parquet: Path | None = None,
+) -> StudyReport:
+    """A study's measurements and summary frames, writing the files asked for; refuses (before
+    writing anything) when Parquet support is missing or nothing was measured yet; ``planned``
+    counts the study's search space (for a partial study's coverage note)."""
+    from autotune.report import (
+        measurements_frame,
+        plot_png,
+        require_parquet,
+        summary_frame,
+        write_csv,
+        write_html,
+        write_parquet,
+    )
+
+    if parquet is not None:
+        require_parquet()
+    df = measurements_frame(store, name)
+    if df.empty:
+        raise NoResultError(
+            f"study {name!r} in {store.shown_url} has no measurements yet (autotune study run {name})"
+        )
+    written: list[Path] = []
+    if csv is not None:
+        written.append(write_csv(df, csv))
+    if parquet is not None:
+        written.append(write_parquet(df, parquet))
+    if png_dir is not None:
+        written.extend(plot_png(df, png_dir))
+    if html is not None:
+        written.append(write_html(df, html))
+    from autotune.recommend.answer import FINISHED, coverage
+
+    record = store.get_study(name)
+    cov = coverage(store, record, planned) if record.status != FINISHED else None
+    notes = () if cov is None or cov.exhausted else (cov.line(name),)
+    from autotune.recommend.choose import DEFAULT_PRECISION_PCT, baseline_drift
+    from autotune.report.tradeoff import slo_of, trade_off_frame
+
+    slo_text = {str(w): slo_of(df, str(w)).describe() for w in sorted(df["workload"].unique())}
+    from autotune.report.context import bucket_sections
+
+    resolved = ResolvedStudy.from_json(record.resolved_json)
+    precision = resolved.spec.measurement.precision_pct
+    drift = tuple(baseline_drift(store.measurements(study=name)))
+    summary = summary_frame(df)
+    built = {k: v.model_dump() for k, v in resolved.context_buckets.items()}
+    return StudyReport(
+        df,
+        summary,
+        written,
+        notes,
+        trade_off_frame(df),
+        slo_text,
+        drift,
+        DEFAULT_PRECISION_PCT if precision is None else precision,
+        tuple(bucket_sections(df, summary, built)),
+    )
+
+
+def degenerate_lines(store: Store, study: str) -> list[str]:
+    """One line per cell of the study whose replies were mostly loops (the guard,
+    :mod:`autotune.engine.degeneracy`): what `study run` and `report` note, so a flagged cell
+    never decides a winner silently."""
+    from autotune.engine.degeneracy import flag_line
+    from autotune.report.frames import degenerate_cells, frame_from_records
+
+    cells = degenerate_cells(frame_from_records(store.measurements(study=study)))
+    return [
+        flag_line(
+            c["loop_share"], c["distinct_4gram_ratio"], f"{c['workload']} c={c['concurrency']}"
+        )
+        for c in cells
+    ]
