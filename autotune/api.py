@@ -1282,3 +1282,16 @@ def export_speculators_data(
         responses=len(responses),
         response_tokens=sum(sum(r["loss_mask"]) for r in responses),
     )
+
+
+def import_sweep(store: Store | None, **options: Any) -> Any:
+    """``autotune import``: a sweep ``vllm bench sweep serve`` or SGLang's bench_speculative.py
+    ran, as a finished study with its recommendations saved, or as a landscape CSV
+    (:mod:`autotune.search.imported_study` has the options)."""
+    from autotune.search.imported_study import import_sweep as read_and_write
+
+    done = read_and_write(store, **options)
+    if done.study is not None:
+        assert store is not None
+        save_recommendations(store, done.study)
+    return done

@@ -242,6 +242,12 @@ def problems(
 
 def refuse(study: ResolvedStudy, name: str, ray_address: str | None) -> None:
     """Raise :class:`CannotRunError` (one line) when the preflight shows the run cannot work."""
+    if study.spec.engine.kind == "imported":
+        raise CannotRunError(
+            f"study {name!r} was imported from {study.spec.engine.tool} output "
+            f"({study.spec.engine.path}): there is nothing to run; `autotune recommend` and "
+            f"`autotune report {name}` read it"
+        )
     if study.spec.engine.kind == "replay":
         return
     from autotune.engine.models import locate_weights
