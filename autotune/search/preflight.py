@@ -203,6 +203,9 @@ def problems(
     hub_problem: str | None = None,
 ) -> list[str]:
     """What stops a run of ``study`` here (empty: nothing the preflight can see)."""
+    if study.spec.engine.kind == "imported":
+        engine = study.spec.engine
+        return [f"it was imported from {engine.tool} output ({engine.path}): nothing to run"]
     if study.spec.engine.kind == "replay":
         return []
     from autotune.cluster.devices import local_devices

@@ -62,6 +62,8 @@ def test_recommend_report_and_dsd_answer_from_the_import(autotune, db_path: Path
     assert str(FIXTURE) in report.stdout
     again = autotune("study", "run", "sg")
     assert again.exit_code == 2 and "imported from sglang bench_speculative.py" in again.stderr
+    dry = autotune("study", "run", "sg", "--dry-run")
+    assert dry.exit_code == 1 and "nothing to run" in dry.stdout + dry.stderr
 
 
 @pytest.mark.parametrize(
