@@ -10,6 +10,7 @@ written; bad input is one SpecError naming the file and field (exit 2).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -174,7 +175,7 @@ def write_study(store: Store, sweep: ImportedSweep, name: str, replace: bool) ->
                 )
     with store.lease(name):
         for runs in order:
-            config = runs[0].config
+            config = dataclasses.replace(runs[0].config, model=resolved.model)  # alias → target
             trial = store.start_trial(record, config, None)
             store.record_engine(trial, info)
             for r in sorted(
