@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from autotune.export.speculators import SpeculatorsExport
     from autotune.recommend.answer import Coverage, Selected, StoredCheck
     from autotune.report.study import StudyReport
+    from autotune.search.imported_study import Imported
     from autotune.search.preflight import Preflight
     from autotune.search.tuner import Reporter, RunSummary
     from autotune.spec.context import BucketPick
@@ -381,3 +382,41 @@ def show_workload(name: str, tokenizer: str | None = None) -> WorkloadView:
     from autotune.datasets.show import show_workload as show
 
     return show(name, tokenizer)
+
+
+def import_sweep(
+    store: Store | None,
+    *,
+    vllm_sweep: Path | None = None,
+    sglang_bench: Path | None = None,
+    name: str | None = None,
+    landscape: Path | None = None,
+    force: bool = False,
+    replace: bool = False,
+    workload: str | None = None,
+    model: str | None = None,
+    method: str | None = None,
+    draft: str | None = None,
+) -> Imported:
+    """``autotune import``: a sweep ``vllm bench sweep serve`` or SGLang's bench_speculative.py
+    ran, as a finished study with its recommendations saved, or (``landscape``) as a landscape
+    CSV (:func:`autotune.search.imported_study.import_sweep`)."""
+    from autotune.search.imported_study import import_sweep as read_and_write
+    from autotune.search.protocol import save_recommendations
+
+    done = read_and_write(
+        store,
+        name=name,
+        landscape=landscape,
+        force=force,
+        replace=replace,
+        vllm_sweep=vllm_sweep,
+        sglang_bench=sglang_bench,
+        workload=workload,
+        model=model,
+        method=method,
+        draft=draft,
+    )
+    if done.study is not None and store is not None:
+        save_recommendations(store, done.study)
+    return done

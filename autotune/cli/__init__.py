@@ -15,6 +15,7 @@ from autotune.cli._common import Context, report_errors
 from autotune.cli.bench import bench
 from autotune.cli.check import check
 from autotune.cli.export import export
+from autotune.cli.imports import import_
 from autotune.cli.models import models
 from autotune.cli.observe import observe
 from autotune.cli.recommend import recommend
@@ -58,6 +59,7 @@ cli.add_command(workload)
 cli.add_command(models)
 cli.add_command(recommend)
 cli.add_command(export)
+cli.add_command(import_)
 cli.add_command(report)
 cli.add_command(check)
 cli.add_command(bench)

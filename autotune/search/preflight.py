@@ -203,6 +203,9 @@ def problems(
     hub_problem: str | None = None,
 ) -> list[str]:
     """What stops a run of ``study`` here (empty: nothing the preflight can see)."""
+    if study.spec.engine.kind == "imported":
+        engine = study.spec.engine
+        return [f"it was imported from {engine.tool} output ({engine.path}): nothing to run"]
     if study.spec.engine.kind == "replay":
         return []
     from autotune.cluster.devices import local_devices
@@ -242,6 +245,12 @@ def problems(
 
 def refuse(study: ResolvedStudy, name: str, ray_address: str | None) -> None:
     """Raise :class:`CannotRunError` (one line) when the preflight shows the run cannot work."""
+    if study.spec.engine.kind == "imported":
+        raise CannotRunError(
+            f"study {name!r} was imported from {study.spec.engine.tool} output "
+            f"({study.spec.engine.path}): there is nothing to run; `autotune recommend` and "
+            f"`autotune report {name}` read it"
+        )
     if study.spec.engine.kind == "replay":
         return
     from autotune.engine.models import locate_weights

@@ -427,6 +427,8 @@ def resolve_study(spec: StudySpec, source: str, platform: str | None = None) -> 
                     source=source,
                     field=f"workloads.{i}",
                 )
+    elif spec.engine.kind == "imported":
+        pass  # an imported sweep's workloads are the names it recorded (autotune import)
     else:
         for i, name in enumerate(spec.workloads):
             try:

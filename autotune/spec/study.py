@@ -155,7 +155,20 @@ class ReplayEngineSpec(StrictModel):
     landscape: str = Field(description="Path to the landscape CSV, relative to the study file.")
 
 
-EngineSpec = Annotated[VLLMEngineSpec | ReplayEngineSpec, Field(discriminator="kind")]
+class ImportedEngineSpec(StrictModel):
+    """Measurements imported from a sweep another tool ran (``autotune import``): nothing to run,
+    only to recommend and report from."""
+
+    kind: Literal["imported"] = "imported"
+    tool: Literal["vllm bench sweep serve", "sglang bench_speculative.py"] = Field(
+        description="The tool whose output was imported."
+    )
+    path: str = Field(description="Absolute path of the imported sweep directory or file.")
+
+
+EngineSpec = Annotated[
+    VLLMEngineSpec | ReplayEngineSpec | ImportedEngineSpec, Field(discriminator="kind")
+]
 
 
 class BudgetSpec(StrictModel):
@@ -404,7 +417,7 @@ class StudySpec(StrictModel):
                 "objective: goodput needs an slo: block with tpot_p99_ms or ttft_p99_ms "
                 "for every workload"
             )
-        if self.engine.kind == "replay":
+        if self.engine.kind in ("replay", "imported"):
             raise ValueError(
                 "objective: goodput needs per-request latencies, which a replayed landscape "
                 "does not record; use objective: output_throughput with an slo:"
