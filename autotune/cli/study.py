@@ -514,6 +514,14 @@ def _run(
         f"{summary.measurements} measurements, {summary.engine_seconds:,.0f} engine-seconds"
         + (f"; stopped: {summary.stop_reason}" if summary.stop_reason else "")
     )
+    if summary.unmeasured is not None:  # the wall budget stopped it: say what is left
+        db = f"--db {shlex.quote(store.shown_url)} " if ctx.db else ""
+        left = f"{summary.unmeasured} engine config{'s' if summary.unmeasured != 1 else ''}"
+        click.echo(
+            f"wall budget spent after {summary.wall_seconds / 60:,.1f} min: {left} the search "
+            f"still plans left unmeasured; the recommendation is from what was measured; "
+            f"autotune {db}study resume {shlex.quote(name)} continues (with a new wall budget)"
+        )
     for label, reason in summary.failures:
         click.echo(f"  failed: {label}: {reason}")
     for line in api.degenerate_lines(store, name):  # the guard: loops decided these cells
