@@ -474,7 +474,7 @@ def _run(
     store = ctx.store()
     record = store.get_study(name)
     try:
-        with stop_on_sigterm() as terminated:
+        with stop_on_signals() as terminated:
             summary = api.run_study(
                 store,
                 name,
@@ -517,6 +517,14 @@ def _run(
     )
     if summary.confirm_note:  # what confirmation across engine starts found and cost
         click.echo(summary.confirm_note)
+    if summary.unmeasured is not None:  # the wall budget stopped it: say what is left
+        db = f"--db {shlex.quote(store.shown_url)} " if ctx.db else ""
+        left = f"{summary.unmeasured} engine config{'s' if summary.unmeasured != 1 else ''}"
+        click.echo(
+            f"wall budget spent after {summary.wall_seconds / 60:,.1f} min: {left} the search "
+            f"still plans left unmeasured; the recommendation is from what was measured; "
+            f"autotune {db}study resume {shlex.quote(name)} continues (with a new wall budget)"
+        )
     for label, reason in summary.failures:
         click.echo(f"  failed: {label}: {reason}")
     for line in api.degenerate_lines(store, name):  # the guard: loops decided these cells
@@ -570,10 +578,18 @@ class Terminated(KeyboardInterrupt):
 
 
 @contextlib.contextmanager
-def stop_on_sigterm() -> Iterator[list[int]]:
-    """Turn SIGTERM (what timeout, Slurm and Kubernetes send) into :class:`Terminated` while
-    the block runs, and note it in the list it yields; the Ray pool keeps this handler over
-    Ray's own (autotune.cluster.ray_pool), which would print a C++ stack dump."""
+def stop_on_signals() -> Iterator[list[int]]:
+    """Make SIGTERM and SIGINT stop the run while the block runs, whatever the process
+    inherited: SIGTERM (what timeout, Slurm and Kubernetes send) raises :class:`Terminated`
+    and is noted in the list it yields; SIGINT (Ctrl-C) raises KeyboardInterrupt. Both unwind
+    through the tuner's cleanup. The Ray pool keeps the SIGTERM handler over Ray's own
+    (autotune.cluster.ray_pool), which would print a C++ stack dump.
+
+    SIGINT is set explicitly because Python keeps an inherited ``SIG_IGN``: a shell without job
+    control (a CI script, ``cmd &`` in ``sh -c``) starts background commands with SIGINT
+    ignored, and a driver started that way ignored Ctrl-C to its process group and ran its
+    study to the end (exit 0). ``study run`` is stopped on request however it was started,
+    as it already was for SIGTERM."""
     import signal
     import threading
 
@@ -589,10 +605,12 @@ def stop_on_sigterm() -> Iterator[list[int]]:
         raise Terminated()
 
     previous = signal.signal(signal.SIGTERM, raise_terminated)
+    previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         yield received
     finally:
         signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGINT, previous_int)
 
 
 def quiet_libraries() -> None:

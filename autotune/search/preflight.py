@@ -77,6 +77,7 @@ class Preflight:
     budget_hours: float | None
     budget_configs: int | None
     problems: tuple[str, ...] = ()
+    budget_wall_minutes: float | None = None
     notes: tuple[str, ...] = field(default=())
 
     @property
@@ -108,6 +109,7 @@ class Preflight:
             "budget": {
                 "max_engine_hours": self.budget_hours,
                 "max_engine_configs": self.budget_configs,
+                "max_wall_minutes": self.budget_wall_minutes,
             },
         }
 
@@ -141,6 +143,8 @@ class Preflight:
             budget.append(f"{self.budget_hours:g} engine-hours")
         if self.budget_configs is not None:
             budget.append(f"{self.budget_configs} engine configs")
+        if self.budget_wall_minutes is not None:
+            budget.append(f"{self.budget_wall_minutes:g} wall-minutes a run")
         against = f"; budget {' and '.join(budget)}" if budget else "; no budget set"
         if self.engine_hours is None:
             return f"engine-hours unknown ({self.estimate_basis}){against}"
@@ -360,6 +364,7 @@ def preflight(
         estimate_basis=basis,
         budget_hours=budget.max_engine_hours,
         budget_configs=budget.max_engine_configs,
+        budget_wall_minutes=budget.max_wall_minutes,
         problems=tuple(
             problems(study, ray_address=ray_address, weights=located, hub_problem=hub_problem)
         ),

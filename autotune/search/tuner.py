@@ -71,6 +71,7 @@ from autotune.search.strategy import (
     plan_cells,
     protocol_cell,
 )
+from autotune.search.wall_budget import WallBudget
 from autotune.spec.labels import Labels
 from autotune.spec.loader import ResolvedStudy
 from autotune.spec.methods import BASELINE
@@ -140,6 +141,15 @@ class RunSummary:
     """This run's confirmation starts (:mod:`autotune.search.confirm`) and what they cost."""
     confirm_note: str = ""
     """What confirmation found and cost, one line ("" when off)."""
+    wall_seconds: float = 0.0
+    """The run's wall time, from its start to its last config's end."""
+    unmeasured: int | None = None
+    """When the wall budget stopped the run: the engine configs still to start (those the
+    strategy plans and the drift check's second baseline run), which ``study resume`` starts."""
+
+
+WALL_BUDGET_STATUS = "stopped: wall budget"
+"""The study's status after its wall budget (``budget.max_wall_minutes``) stopped a run."""
 
 
 @dataclass
@@ -213,6 +223,7 @@ class Tuner:
         """Config key -> the latest trial a dead driver left interrupted: reopened, not redone."""
 
     def run(self, max_configs: int | None = None) -> RunSummary:
+        self.wall = WallBudget(self.study.spec.budget.max_wall_minutes)
         strategy = self._open()
         job = self._job_template()
         pool = self.pool_factory(self.study)
@@ -250,6 +261,12 @@ class Tuner:
                     break
                 for event in pool.poll(timeout_s=1.0):
                     self._handle(event, strategy)
+            if status == WALL_BUDGET_STATUS:
+                left = self._still_to_start(strategy)
+                if left:
+                    self.summary.unmeasured = left
+                else:  # the budget ran out with the search: it is done, not stopped
+                    stop, status = strategy.reason or "nothing left to measure", "done"
             final = status
             ended = True
         finally:
@@ -267,6 +284,7 @@ class Tuner:
         self.summary.confirm_engine_seconds = self.confirmer.engine_seconds
         self.summary.confirm_wall_s = self.confirmer.wall_s
         self.summary.confirm_note = self.confirmer.note()
+        self.summary.wall_seconds = self.wall.elapsed_s
         if isinstance(strategy, OptunaStrategy):
             self.summary.trials_skipped = strategy.repeated_proposals
         return self.summary
@@ -351,6 +369,7 @@ class Tuner:
         self.inflight[trial_id] = _Trial(
             trial_id, config, measurements=list(resumed), drift=drift, confirm=confirm is not None
         )
+        self.wall.trial_started(trial_id)
         self.started += 1
         self.summary.trials_started += 1
 
@@ -385,6 +404,7 @@ class Tuner:
 
     def _finish(self, run: _Trial, reason: str | None, strategy: Strategy) -> None:
         del self.inflight[run.trial_id]
+        self.wall.trial_finished(run.trial_id)
         seconds = run.engine_seconds
         self.engine_seconds += seconds
         self.summary.engine_seconds += seconds
@@ -482,9 +502,25 @@ class Tuner:
         hours = budget.max_engine_hours
         if hours is not None and self.engine_seconds >= hours * 3600:
             return f"budget: {hours} engine-hours", "stopped: budget"
+        wall = self.wall.exceeded()
+        if wall:
+            return wall, WALL_BUDGET_STATUS
         if max_configs is not None and self.summary.trials_started >= max_configs:
             return f"--max-configs {max_configs}", "stopped: --max-configs"
         return "", ""
+
+    def _still_to_start(self, strategy: Strategy) -> int:
+        """Engine configs a stopped run leaves to the next: those the strategy still plans
+        beyond the finished ones, and the drift check's second baseline run when it is due."""
+        planned = strategy.planned(self._state())
+        base = self.space.baseline()
+        drift = (
+            drift_check_enabled(self.study)
+            and base is not None
+            and self.runs_of[base.key()] < 2
+            and not (base.key() in self.done and self.done[base.key()] is None)  # failed
+        )
+        return max(0, planned - len(self.done)) + int(drift)
 
     def _prepare_workloads(self) -> list[PreparedWorkload]:
         study = self.study

@@ -182,6 +182,15 @@ class BudgetSpec(StrictModel):
     max_engine_hours: Float | None = Field(
         None, gt=0, le=1e6, description="At most this many engine-hours (start + measurement)."
     )
+    max_wall_minutes: Float | None = Field(
+        None,
+        gt=0,
+        le=1e6,
+        description="Wall-clock minutes one `study run` (or `study resume`) may take: no config "
+        "is started once the time so far plus the next config's expected time (the mean of "
+        "this run's finished configs) would pass it; running ones finish, the study reads "
+        "`stopped: wall budget`, and `study resume` continues with a new budget.",
+    )
 
 
 class MeasurementSpec(StrictModel):

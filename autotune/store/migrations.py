@@ -1,15 +1,27 @@
-"""Schema versions and the explicit migrations between them.
+"""Schema versions and the migrations between them, run by Alembic with a version table of its own.
 
-A new database gets the current schema from the table definitions and is stamped with
-``SCHEMA_VERSION``. An older database is brought forward one step at a time by the functions in
-``MIGRATIONS`` (step ``n`` turns version ``n - 1`` into ``n``), inside one transaction, so stored
-studies survive upgrades. To change the schema: edit ``tables.py``, bump ``SCHEMA_VERSION`` and
-add the step that alters existing databases the same way.
+The revisions live in ``autotune/store/schema/versions/`` (package data, so a non-editable
+install has them): revision ``000n`` turns schema ``n - 1`` into ``n``. Alembic records where a
+store is in ``autotune_alembic_version`` (``context.configure(version_table=...)`` in
+``schema/env.py``), never in ``alembic_version``, which is Optuna's own Alembic table in the same
+database: the two migration histories never meet.
+
+The version of record stays ``autotune_meta.schema_version``: every autotune before Alembic reads
+it (and refuses a store newer than itself), and stores they wrote have no Alembic table. So an
+upgrade stamps Alembic's table from it, then lets Alembic run the revisions up to this
+autotune's, then writes the number back. A new database gets the current schema from the table
+definitions and is stamped at the newest revision. Everything runs on the caller's connection,
+inside its one transaction, so stored studies survive upgrades or nothing changes.
+
+To change the schema: edit ``tables.py``, add the revision that alters existing databases the
+same way (``schema/versions/000n_*.py``, ``down_revision`` the previous one; ``alembic
+revision`` with ``script_location`` ``autotune/store/schema`` writes the skeleton from
+``script.py.mako``), and bump ``SCHEMA_VERSION``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from pathlib import Path
 
 from sqlalchemy import Connection, insert, inspect, select, text, update
 
@@ -17,60 +29,22 @@ from autotune.errors import StoreError
 from autotune.store.tables import Base, MetaRow
 
 SCHEMA_VERSION = 6
+"""The newest revision's number (a unit test keeps it equal to Alembic's head)."""
 
-Migration = Callable[[Connection], None]
+VERSION_TABLE = "autotune_alembic_version"
+"""Alembic's version table for autotune's schema (Optuna's is ``alembic_version``)."""
 
-
-def _add_leases(conn: Connection) -> None:
-    """2: the ``autotune_leases`` table (one live driver per study)."""
-    from autotune.store.tables import LeaseRow
-
-    LeaseRow.__table__.create(conn, checkfirst=True)  # type: ignore[attr-defined]
+SCRIPT_LOCATION = Path(__file__).with_name("schema")
+"""Alembic's script directory: ``env.py`` and ``versions/``."""
 
 
-def _v3_engine_placement(conn: Connection) -> None:
-    """3: where each engine ran (Ray node id, device ids, engine start time)."""
-    for ddl in ("ray_node_id VARCHAR(64)", "device_ids VARCHAR(256)", "engine_started_at FLOAT"):
-        add_column(conn, "autotune_trials", ddl)
-    for ddl in ("ray_node_id VARCHAR(64)", "device_ids VARCHAR(256)"):
-        add_column(conn, "autotune_measurements", ddl)
-
-
-def _v4_request_latencies(conn: Connection) -> None:
-    """4: per-request (TTFT, TPOT) of each measurement, for goodput under any SLO (rows stored
-    before stay NULL: their goodput is unknown, never guessed)."""
-    add_column(conn, "autotune_measurements", "request_latencies_ms JSON")
-
-
-def _v5_output_degeneracy(conn: Connection) -> None:
-    """5: how degenerate each measurement's outputs were (loop share, distinct 4-gram ratio,
-    loops that ran to max_tokens); rows stored before stay NULL: not checked, never guessed."""
-    for ddl in (
-        "loop_share FLOAT",
-        "distinct_4gram_ratio FLOAT",
-        "loop_at_max_tokens_share FLOAT",
-    ):
-        add_column(conn, "autotune_measurements", ddl)
-
-
-def _v6_trial_purpose(conn: Connection) -> None:
-    """6: why a trial ran a config again (``drift``, ``confirm``); trials stored before stay
-    NULL (a search run; a drift check's second baseline is still told by its order)."""
-    add_column(conn, "autotune_trials", "purpose VARCHAR(16)")
-
-
-MIGRATIONS: dict[int, Migration] = {
-    2: _add_leases,
-    3: _v3_engine_placement,
-    4: _v4_request_latencies,
-    5: _v5_output_degeneracy,
-    6: _v6_trial_purpose,
-}
-"""Step functions by the version they produce (2, 3, ...)."""
+def revision(version: int) -> str:
+    """The Alembic revision id of schema ``version`` (``"0005"``)."""
+    return f"{version:04d}"
 
 
 def add_column(conn: Connection, table: str, column_ddl: str) -> None:
-    """Helper for migrations: ``ALTER TABLE ... ADD COLUMN`` unless it exists already."""
+    """Helper for revisions: ``ALTER TABLE ... ADD COLUMN`` unless it exists already."""
     name = column_ddl.split()[0]
     if name not in {c["name"] for c in inspect(conn).get_columns(table)}:
         conn.execute(text(f"ALTER TABLE {table} ADD COLUMN {column_ddl}"))
@@ -86,27 +60,69 @@ def current_version(conn: Connection) -> int | None:
     return int(value) if value is not None else None
 
 
-def upgrade(conn: Connection, target: int = SCHEMA_VERSION) -> int:
+def alembic_revision(conn: Connection) -> str | None:
+    """The revision Alembic's version table holds (None: not stamped, e.g. a pre-Alembic store)."""
+    from alembic.runtime.migration import MigrationContext
+
+    context = MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE})
+    return context.get_current_revision()
+
+
+def head(script_location: Path | None = None) -> str:
+    """The newest revision in the script directory."""
+    from alembic.script import ScriptDirectory
+
+    found = ScriptDirectory(str(script_location or SCRIPT_LOCATION)).get_current_head()
+    if found is None:
+        raise StoreError(f"no schema revisions in {script_location or SCRIPT_LOCATION}")
+    return found
+
+
+def upgrade(
+    conn: Connection, target: int | None = None, script_location: Path | None = None
+) -> int:
     """Create or migrate the autotune schema in ``conn``; returns the version it ends at."""
+    target = SCHEMA_VERSION if target is None else target
     version = current_version(conn)
     if version is None:
         Base.metadata.create_all(conn)
         conn.execute(insert(MetaRow).values(key="schema_version", value=str(target)))
+        _alembic(conn, script_location, "stamp", revision(target))
         return target
     if version > target:
         raise StoreError(
             f"the database has schema version {version}, newer than this autotune's "
             f"({target}); upgrade autotune"
         )
-    while version < target:
-        step = MIGRATIONS.get(version + 1)
-        if step is None:
-            raise StoreError(f"no migration from schema version {version} to {version + 1}")
-        step(conn)
-        version += 1
+    if alembic_revision(conn) != revision(version):  # stamp from the version of record
+        _alembic(conn, script_location, "stamp", revision(version), purge=True)
+    if version < target:
+        _alembic(conn, script_location, "upgrade", revision(target))
         conn.execute(
-            update(MetaRow).where(MetaRow.key == "schema_version").values(value=str(version))
+            update(MetaRow).where(MetaRow.key == "schema_version").values(value=str(target))
         )
     # Tables added in later versions (create_all skips existing ones).
     Base.metadata.create_all(conn)
-    return version
+    return target
+
+
+def _alembic(
+    conn: Connection, script_location: Path | None, command: str, to: str, purge: bool = False
+) -> None:
+    """Run Alembic's ``stamp`` or ``upgrade`` to revision ``to`` on ``conn`` (``schema/env.py``
+    configures it with this connection and the version table)."""
+    from alembic import command as commands
+    from alembic.config import Config
+    from alembic.util.exc import CommandError
+
+    config = Config()
+    location = str(script_location or SCRIPT_LOCATION)
+    config.set_main_option("script_location", location.replace("%", "%%"))
+    config.attributes["connection"] = conn
+    try:
+        if command == "stamp":
+            commands.stamp(config, to, purge=purge)
+        else:
+            commands.upgrade(config, to)
+    except CommandError as exc:  # a revision missing from this install's script directory
+        raise StoreError(f"schema migration to version {int(to)} failed: {exc}") from None

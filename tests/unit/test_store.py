@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -134,15 +135,22 @@ def test_migration_adds_column_and_keeps_data(tmp_path: Path, monkeypatch: pytes
     store = Store(str(path))
     _study(store)
     store.dispose()
-
-    def step(conn) -> None:
-        migrations.add_column(conn, "autotune_studies", "owner VARCHAR(64)")
-
-    monkeypatch.setitem(migrations.MIGRATIONS, migrations.SCHEMA_VERSION + 1, step)
-    monkeypatch.setattr(migrations, "SCHEMA_VERSION", migrations.SCHEMA_VERSION + 1)
+    # The next schema: the shipped revisions and one more, as a change to tables.py adds it.
+    scripts = tmp_path / "schema"
+    shutil.copytree(migrations.SCRIPT_LOCATION, scripts, ignore=shutil.ignore_patterns("__py*"))
+    n = migrations.SCHEMA_VERSION + 1
+    (scripts / "versions" / f"{n:04d}_owner.py").write_text(
+        "from alembic import op\n"
+        "from autotune.store.migrations import add_column\n"
+        f"revision = '{n:04d}'\n"
+        f"down_revision = '{n - 1:04d}'\n"
+        "def upgrade():\n"
+        "    add_column(op.get_bind(), 'autotune_studies', 'owner VARCHAR(64)')\n"
+    )
+    monkeypatch.setattr(migrations, "SCHEMA_VERSION", n)
     monkeypatch.setattr(
         "autotune.store.store.upgrade",
-        lambda conn: migrations.upgrade(conn, migrations.SCHEMA_VERSION),
+        lambda conn: migrations.upgrade(conn, n, script_location=scripts),
     )
     store = Store(str(path))
     assert [s.name for s in store.list_studies()] == ["s"]
@@ -150,8 +158,9 @@ def test_migration_adds_column_and_keeps_data(tmp_path: Path, monkeypatch: pytes
     with engine.connect() as conn:
         cols = {c["name"] for c in inspect(conn).get_columns("autotune_studies")}
         version = migrations.current_version(conn)
+        stamped = migrations.alembic_revision(conn)
     assert "owner" in cols
-    assert version == migrations.SCHEMA_VERSION
+    assert version == migrations.SCHEMA_VERSION and stamped == f"{n:04d}"
 
 
 def test_newer_schema_is_refused(tmp_path: Path):

@@ -1,0 +1,144 @@
+"""The wall-clock budget (autotune.search.wall_budget, ``budget.max_wall_minutes``): a run starts
+no config once the time so far plus the next config's expected time would pass the budget, lets
+the running one finish, keeps its recommendation, reads ``stopped: wall budget``, says what is
+left, and ``study resume`` continues in the strategy's order. The runs are replay studies whose
+engines sleep for their recorded times x a time scale, so the clock is the real one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from autotune import api
+from autotune.engine.landscape import LandscapePoint, write_landscape
+from autotune.search.tuner import WALL_BUDGET_STATUS
+from autotune.search.wall_budget import WallBudget
+from autotune.store import Store
+
+# Recorded: every engine starts in 40 s and measures a cell in 5 s. At a time scale of 0.02 a
+# config (start + 2 repeats at one level) takes about 1 s of wall time.
+START_S, MEASURE_S, SCALE = 40.0, 5.0, 0.02
+CONFIG_S = (START_S + 2 * MEASURE_S) * SCALE
+# Room for one config (no estimate yet) but not for a second one after it.
+BUDGET_MIN = 1.8 * CONFIG_S / 60
+
+
+def _landscape(path: Path) -> Path:
+    tok_s = {0: 100.0, 1: 150.0, 2: 170.0, 3: 160.0}
+    points = [
+        LandscapePoint(
+            model="org/tiny",
+            workload="code",
+            method="none" if n == 0 else "ngram",
+            draft=None,
+            num_speculative_tokens=n,
+            concurrency=1,
+            repeat=r,
+            output_throughput_tok_s=tok_s[n] + r,
+            mean_acceptance_length=None if n == 0 else 1 + 0.6 * n,
+            acceptance_per_pos=() if n == 0 else (0.6,) * n,
+            engine_start_s=START_S,
+            measure_s=MEASURE_S,
+        )
+        for n in tok_s
+        for r in range(2)
+    ]
+    write_landscape(path, points)
+    return path
+
+
+def _create(store: Store, tmp_path: Path, sampler: str = "grid", minutes: float = BUDGET_MIN):
+    land = _landscape(tmp_path / "l.csv")
+    data = {
+        "name": "walled",
+        "model": {"name": "org/tiny"},
+        "workloads": ["code"],
+        "concurrency": [1],
+        "methods": [{"method": "ngram", "num_speculative_tokens": {"min": 1, "max": 3}}],
+        "repeats": 2,
+        "sampler": sampler,
+        "engine": {"kind": "replay", "landscape": str(land)},
+        "budget": {"max_wall_minutes": minutes},
+    }
+    api.create_study(store, data=data, source=str(land))
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Store:
+    return Store(str(tmp_path / "t.db"))
+
+
+def test_the_next_config_is_not_started_when_it_would_pass_the_budget() -> None:
+    now = [0.0]
+    wall = WallBudget(1.0, clock=lambda: now[0])  # 60 s
+    assert wall.exceeded() == ""  # no estimate yet: the first config starts
+    wall.trial_started(1)
+    now[0] = 25.0
+    wall.trial_finished(1)
+    assert wall.expected_s() == 25.0
+    assert wall.exceeded() == ""  # 25 + 25 <= 60
+    wall.trial_started(2)
+    now[0] = 45.0
+    wall.trial_finished(2)  # 20 s: the mean is 22.5 s
+    assert wall.expected_s() == pytest.approx(22.5)
+    assert "the next config would take about 22 s more" in wall.exceeded()  # 45 + 22.5 > 60
+    assert WallBudget(None, clock=lambda: now[0]).exceeded() == ""
+
+
+def test_without_an_estimate_the_run_stops_once_the_budget_has_passed() -> None:
+    now = [0.0]
+    wall = WallBudget(0.5, clock=lambda: now[0])
+    wall.trial_started(1)  # still running at 31 s: nothing finished, nothing to estimate from
+    now[0] = 31.0
+    assert wall.exceeded() == "budget: 0.5 wall-minutes (31 s elapsed)"
+
+
+def test_the_run_stops_keeps_its_answer_and_resume_continues(tmp_path: Path, store: Store) -> None:
+    _create(store, tmp_path)
+    first = api.run_study(store, "walled", replay_time_scale=SCALE)
+    # the baseline ran (there was no estimate); a second config would have passed the budget
+    assert first.trials_run == 1
+    assert first.stop_reason.startswith(f"budget: {BUDGET_MIN:g} wall-minutes")
+    assert first.unmeasured == 3  # the grid's three n-gram configs
+    assert first.wall_seconds >= CONFIG_S
+    record = store.get_study("walled")
+    assert record.status == WALL_BUDGET_STATUS
+    trials = store.trials(record)
+    assert [(t.method, t.state) for t in trials] == [("none", "complete")]
+    assert store.recommendations(record)  # the answer from what was measured
+    # each resume has a new budget: one more config per run, in the strategy's order, until done
+    runs = [api.run_study(store, "walled", replay_time_scale=SCALE) for _ in range(3)]
+    assert [r.trials_run for r in runs] == [1, 1, 1]
+    assert [r.unmeasured for r in runs] == [2, 1, None]
+    record = store.get_study("walled")
+    assert record.status == "done"  # the budget ran out with the search: done, not stopped
+    keys = [t.config_key for t in store.trials(record)]
+    assert len(keys) == len(set(keys)) == 4
+    best = store.recommendations(record)
+    # ngram N=2 (170 tok/s), measured on a resume
+    assert {(r.speculative_config or {}).get("num_speculative_tokens") for r in best} == {2}
+
+
+def test_the_budget_goes_to_the_baseline_then_the_strategys_first_pick(
+    tmp_path: Path, store: Store
+) -> None:
+    _create(store, tmp_path, sampler="model")
+    api.run_study(store, "walled", replay_time_scale=SCALE)
+    api.run_study(store, "walled", replay_time_scale=SCALE)
+    trials = store.trials(store.get_study("walled"))
+    # the model strategy's order: the baseline, then the method at its largest N
+    assert [(t.method, t.num_speculative_tokens) for t in trials] == [("none", 0), ("ngram", 3)]
+
+
+def test_study_run_says_what_is_left_and_how_to_go_on(autotune, db_path: Path, tmp_path) -> None:
+    _create(Store(str(db_path)), tmp_path)
+    run = autotune("study", "run", "walled", "--replay-time-scale", str(SCALE), "-q")
+    assert run.exit_code == 0, run.stderr
+    assert "; stopped: budget: " in run.stdout
+    assert "3 engine configs the search still plans left unmeasured" in run.stdout
+    assert f"autotune --db sqlite:///{db_path} study resume walled continues" in run.stdout
+    listed = autotune("study", "list", "--json")
+    assert '"status": "stopped: wall budget"' in listed.stdout
+    shown = autotune("study", "show", "walled", "--json")
+    assert '"status": "stopped: wall budget"' in shown.stdout
