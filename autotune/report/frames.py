@@ -64,12 +64,12 @@ _LEADING = [
 
 _TRAILING = [
     "request_throughput_req_s",
-    "ttft_ms_p50",
-    "ttft_ms_p99",
-    "tpot_ms_p50",
-    "tpot_ms_p99",
-    "itl_ms_p50",
-    "itl_ms_p99",
+    "median_ttft_ms",
+    "p99_ttft_ms",
+    "median_tpot_ms",
+    "p99_tpot_ms",
+    "median_itl_ms",
+    "p99_itl_ms",
     "num_requests",
     "num_prompt_tokens",
     "num_output_tokens",

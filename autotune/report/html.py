@@ -284,7 +284,7 @@ def _trade_off_sections(df: pd.DataFrame, figs: Figures, renderer: Renderer) -> 
             str(r["concurrency"]),
             str(r["config"]) + (" ★" if r["recommended"] else ""),
             f"{r['median_tok_s']:,.1f}",
-            *(_ms(r[m]) for m in ("tpot_ms_p99", "ttft_ms_p99", "itl_ms_p99")),
+            *(_ms(r[m]) for m in ("p99_tpot_ms", "p99_ttft_ms", "p99_itl_ms")),
         ]
         if goodput:
             cells.append(_ms(r["goodput_req_s"], ".2f"))
@@ -363,7 +363,7 @@ def _mpl_trade_off(figs: Figures, panels: list[TradeOffPanel], fmt: str) -> str:
         front = panel.front
         if len(front) > 1:
             ax.step(
-                [p.tpot_ms_p99 for p in front],
+                [p.p99_tpot_ms for p in front],
                 [p.median_tok_s for p in front],
                 where="post",
                 color="#999999",
@@ -373,7 +373,7 @@ def _mpl_trade_off(figs: Figures, panels: list[TradeOffPanel], fmt: str) -> str:
         for p in panel.points:
             color = _point_color(figs, p.label)
             ax.scatter(
-                [p.tpot_ms_p99],
+                [p.p99_tpot_ms],
                 [p.median_tok_s],
                 s=150 if p.recommended else 36,
                 marker="*" if p.recommended else "o",
@@ -384,7 +384,7 @@ def _mpl_trade_off(figs: Figures, panels: list[TradeOffPanel], fmt: str) -> str:
             if p.on_front or p.recommended:
                 ax.annotate(
                     p.config.replace(" (no speculation)", ""),
-                    (p.tpot_ms_p99, p.median_tok_s),
+                    (p.p99_tpot_ms, p.median_tok_s),
                     textcoords="offset points",
                     xytext=(4, 4),
                     fontsize=7,
@@ -423,7 +423,7 @@ def _plotly_trade_off(figs: Figures, panels: list[TradeOffPanel]) -> str:
         front = panel.front
         fig.add_trace(
             go.Scatter(
-                x=[p.tpot_ms_p99 for p in front],
+                x=[p.p99_tpot_ms for p in front],
                 y=[p.median_tok_s for p in front],
                 mode="lines",
                 line={"shape": "hv", "color": "#999999"},
@@ -437,7 +437,7 @@ def _plotly_trade_off(figs: Figures, panels: list[TradeOffPanel]) -> str:
             color = _point_color(figs, p.label)
             fig.add_trace(
                 go.Scatter(
-                    x=[p.tpot_ms_p99],
+                    x=[p.p99_tpot_ms],
                     y=[p.median_tok_s],
                     mode="markers",
                     marker={

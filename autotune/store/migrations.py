@@ -16,7 +16,7 @@ from sqlalchemy import Connection, insert, inspect, select, text, update
 from autotune.errors import StoreError
 from autotune.store.tables import Base, MetaRow
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 Migration = Callable[[Connection], None]
 
@@ -53,11 +53,32 @@ def _v5_output_degeneracy(conn: Connection) -> None:
         add_column(conn, "autotune_measurements", ddl)
 
 
+RENAMED_LATENCY_COLUMNS = {
+    "ttft_ms_p50": "median_ttft_ms",
+    "ttft_ms_p99": "p99_ttft_ms",
+    "tpot_ms_p50": "median_tpot_ms",
+    "tpot_ms_p99": "p99_tpot_ms",
+    "itl_ms_p50": "median_itl_ms",
+    "itl_ms_p99": "p99_itl_ms",
+}
+"""Schema 6's renames: the latency columns spelled as vLLM's benchmark JSON spells them."""
+
+
+def _v6_vllm_spelling(conn: Connection) -> None:
+    """6: the latency columns renamed to vLLM's spelling (``p99_tpot_ms``, ``median_ttft_ms``,
+    ...); the values are untouched (``RENAME COLUMN``: SQLite 3.25+ and PostgreSQL)."""
+    have = {c["name"] for c in inspect(conn).get_columns("autotune_measurements")}
+    for old, new in RENAMED_LATENCY_COLUMNS.items():
+        if old in have and new not in have:
+            conn.execute(text(f"ALTER TABLE autotune_measurements RENAME COLUMN {old} TO {new}"))
+
+
 MIGRATIONS: dict[int, Migration] = {
     2: _add_leases,
     3: _v3_engine_placement,
     4: _v4_request_latencies,
     5: _v5_output_degeneracy,
+    6: _v6_vllm_spelling,
 }
 """Step functions by the version they produce (2, 3, ...)."""
 
