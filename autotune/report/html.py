@@ -51,6 +51,7 @@ table.answer code { font-size: 0.9em; background: #f6f6f6; padding: 1px 4px; }
 table.summary th { cursor: pointer; user-select: none; }
 tr.recommended td { font-weight: bold; background: #eef6ee; }
 .noisy { color: #b36b00; }
+.tie { color: #3a5a8c; font-style: italic; }
 .note { color: #555; font-size: 0.85em; }
 button.copy { font-size: 0.8em; margin-left: 4px; }
 figure { margin: 0.5em 0; } figure svg, figure img { width: 100%; height: auto; max-width: 1400px; }
@@ -110,7 +111,7 @@ def write_html(df: pd.DataFrame, path: Path | str, renderer: Renderer = "auto") 
         f'<p class="note">{html.escape(provenance(df))}</p>',
         '<h2 id="answer">What to deploy</h2>',
         # the model as vLLM takes it (the HF id), not the catalog alias the title uses
-        _answer_html(summary, str(df["model"].iloc[0] if "model" in df else figs.title)),
+        _answer_html(summary, str(df["model"].iloc[0] if "model" in df else figs.title), df),
         _slo_answer_html(df),
         *sections,
         '<h2 id="all">Every config at every level</h2>',
@@ -130,10 +131,19 @@ def write_html(df: pd.DataFrame, path: Path | str, renderer: Renderer = "auto") 
     return out
 
 
-def _answer_html(summary: pd.DataFrame, model: str) -> str:
-    """Per workload × concurrency: the recommended config and why, with the line to copy."""
-    from autotune.recommend.render import serve_args
+def _answer_html(summary: pd.DataFrame, model: str, df: pd.DataFrame) -> str:
+    """Per workload × concurrency: the recommended config and why, with the line to copy.
 
+    The answer, its margin, its tie and its low confidence are ``recommend``'s own
+    (``autotune.recommend.choose``: the same ``Choice`` per level), and the serve line is
+    ``recommend --format args``: the measured engine args and tensor-parallel size included."""
+    from autotune.recommend.choose import DEFAULT_PRECISION_PCT
+    from autotune.recommend.render import serve_args
+    from autotune.report.frames import level_choices
+
+    max_spread = float(summary.attrs.get("max_spread_pct", 10.0))
+    precision = float(df.attrs.get("precision_pct", DEFAULT_PRECISION_PCT))
+    choices = level_choices(df)
     head = [
         ("workload", "t"),
         ("concurrency", ""),
@@ -148,14 +158,26 @@ def _answer_html(summary: pd.DataFrame, model: str) -> str:
     for (workload, concurrency), cell in summary.groupby(["workload", "concurrency"], sort=True):
         ranked = cell.sort_values("rank")
         best = ranked.iloc[0]
-        runner = ranked.iloc[1] if len(ranked) > 1 else None
+        choice = choices.get((str(workload), int(concurrency)))
         margin = "-"
-        if runner is not None and runner["median_tok_s"] > 0:
+        if choice is not None and choice.margin_pct is not None:
             # The one margin (autotune.recommend.choose.Choice.margin_pct): medians.
-            pct = 100.0 * (best["median_tok_s"] / runner["median_tok_s"] - 1.0)
-            margin = f"{pct:.1f}% over {runner['config']}"
+            margin = f"{choice.margin_pct:+.1f}% over {choice.runner_up.label(prose=False)}"
+        marks = []
+        if choice is not None and choice.tie:
+            tied = ", ".join(o.label(prose=False) for o in choice.tied_with)
+            marks.append(
+                f'<span class="tie" title="95% interval of the median ratio contains 1">'
+                f"tie with {html.escape(tied)}</span>"
+            )
+        why = choice.low_confidence(max_spread, precision) if choice is not None else ()
+        if why:
+            marks.append(
+                f'<span class="noisy" title="{html.escape("; ".join(why), quote=True)}">'
+                "low confidence</span>"
+            )
         config = json.loads(best["speculative_config"])
-        line = serve_args(model, config)
+        line = _serve_line(df, best, model, config, serve_args)
         speedup = "-" if pd.isna(best["speedup"]) else f"{best['speedup']:.2f}x"
         al = best["mean_acceptance_length"]
         noise = (
@@ -163,13 +185,14 @@ def _answer_html(summary: pd.DataFrame, model: str) -> str:
             if best["noisy"]
             else f"spread {best['spread_pct']:.1f}% over {best['repeats']}"
         )
+        flags = "".join(f"<br>{m}" for m in marks)
         cells = [
             f'<td class="t w">{html.escape(str(workload))}</td>',
             f'<td class="w">{concurrency}</td>',
             f'<td class="t w"><b>{html.escape(str(best["config"]))}</b></td>',
             f'<td class="w">{speedup}</td>',
             f'<td class="w">{"-" if pd.isna(al) else f"{al:.2f}"}</td>',
-            f'<td class="t">{html.escape(margin)}</td>',
+            f'<td class="t">{html.escape(margin)}{flags}</td>',
             f'<td class="t">{noise}</td>',
             f'<td class="t"><code>{html.escape(line)}</code><button class="copy" '
             f'data-text="{html.escape(line, quote=True)}">copy</button></td>',
@@ -181,13 +204,34 @@ def _answer_html(summary: pd.DataFrame, model: str) -> str:
         "1% of it, or whose medians tie (the 95% interval of the median ratio contains 1), are "
         "tied and the preferred answers (off, then the smaller N); speedup against running "
         "without speculation in the same cell; AL: mean acceptance length; margin: the "
-        "answer's median over the runner-up's, as `recommend --explain` prints it."
+        "answer's median over the runner-up's, as `recommend --explain` prints it; tie and "
+        "low confidence: the marks `recommend` prints as notes (hover for the reasons); the "
+        "vllm serve line is `recommend --format args` (the measured engine args)."
     )
     return (
         f'<div class="scroll"><table class="answer"><thead><tr>{ths}</tr></thead><tbody>'
         + "".join(rows)
         + f'</tbody></table></div><p class="note">{html.escape(note)}</p>'
     )
+
+
+def _serve_line(df: pd.DataFrame, best: Any, model: str, config: Any, serve_args: Any) -> str:
+    """The measured engine's ``vllm serve`` line for the answer of one cell: its engine args
+    and tensor-parallel size as stored with its measurements (``recommend --format args``)."""
+    rows = df[
+        (df["workload"] == best["workload"])
+        & (df["concurrency"] == best["concurrency"])
+        & (df["speculative_config"] == best["speculative_config"])
+    ]
+    engine_args: dict[str, Any] = {}
+    tp = 1
+    if not rows.empty:
+        first = rows.iloc[0]
+        raw = first.get("engine_args")
+        engine_args = json.loads(raw) if isinstance(raw, str) else dict(raw or {})
+        size = first.get("tensor_parallel_size")
+        tp = 1 if size is None or pd.isna(size) else int(size)
+    return str(serve_args(model, config, tensor_parallel_size=tp, engine_args=engine_args))
 
 
 def _summary_html(summary: pd.DataFrame) -> str:

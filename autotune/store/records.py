@@ -82,6 +82,9 @@ class MeasurementRecord(Measurement):
     """The Ray node the engine ran on (None outside Ray, or stored before schema 3)."""
     device_ids: str | None = None
     """The accelerator ids the engine held, comma-separated ("" on the CPU)."""
+    tensor_parallel_size: int = 1
+    """The engine's tensor-parallel size (its trial's), so a report's serve line is the
+    measured one."""
 
 
 @dataclass(frozen=True)

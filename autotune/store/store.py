@@ -1081,4 +1081,5 @@ def _measurement_record(m: MeasurementRow, t: TrialRow, st: StudyRow) -> Measure
         created_at=m.created_at,
         ray_node_id=m.ray_node_id,
         device_ids=m.device_ids,
+        tensor_parallel_size=t.tensor_parallel_size,
     )
