@@ -1,8 +1,8 @@
 """Tables for people and pipelines: one data model, three renderings that never cut a number.
 
 A :class:`TextTable` holds already formatted cells and says which columns hold numbers or ids.
-``plain`` prints aligned columns as wide as they need (what a pipe or a log file gets: nothing is
-ever shortened), ``tsv`` prints tab-separated values with every cell filled, and ``to_rich``
+``plain`` prints aligned columns (what a pipe or a log file gets: at most ``PIPE_WIDTH`` columns
+wide, text cells cut with "…" to fit, numbers and ids never), ``tsv`` prints tab-separated values with every cell filled, and ``to_rich``
 builds a rich Table for a terminal whose number and id columns never wrap; when even those do
 not fit the terminal, :func:`fits` says so and the CLI prints the plain form instead of letting
 rich cut cells with "…".
@@ -68,15 +68,29 @@ class TextTable:
         }
 
 
-def plain(table: TextTable) -> str:
-    """Aligned columns, two spaces apart, numbers right-aligned; no cell is ever shortened."""
+PIPE_WIDTH = 100
+"""How wide the plain form is in a pipe or a file: text columns are cut (with "…") to fit."""
+
+MIN_TEXT_WIDTH = 12
+"""A text column is never cut narrower than this (or its header)."""
+
+
+def plain(table: TextTable, width: int | None = None) -> str:
+    """Aligned columns, two spaces apart, numbers right-aligned. Number and id cells are never
+    shortened; with ``width``, text cells are cut with "…" (widest column first, none below
+    ``MIN_TEXT_WIDTH``) until a line fits, so a pipe gets a table of bounded width."""
     shown = table._shown()
     heads = [c.name for c in table.columns]
     widths = [max([len(h)] + [len(r[i]) for r in shown]) for i, h in enumerate(heads)]
+    if width is not None:
+        widths = _cut_widths(table, widths, width)
+
+    def fit(cell: str, w: int) -> str:
+        return cell if len(cell) <= w else cell[: w - 1].rstrip() + "…"
 
     def line(cells: list[str]) -> str:
         parts = [
-            cell.rjust(w) if col.kind == "number" else cell.ljust(w)
+            fit(cell, w).rjust(w) if col.kind == "number" else fit(cell, w).ljust(w)
             for cell, w, col in zip(cells, widths, table.columns, strict=True)
         ]
         return "  ".join(parts).rstrip()
@@ -89,6 +103,28 @@ def plain(table: TextTable) -> str:
     if table.caption:
         lines.append(table.caption)
     return "\n".join(lines)
+
+
+def _cut_widths(table: TextTable, widths: list[int], width: int) -> list[int]:
+    """Column widths with the text columns narrowed until a line is at most ``width``."""
+    widths = list(widths)
+    floor = [
+        w if col.whole else min(w, max(MIN_TEXT_WIDTH, len(col.name)))
+        for w, col in zip(widths, table.columns, strict=True)
+    ]
+    excess = sum(widths) + 2 * (len(widths) - 1) - width
+    while excess > 0:  # the widest text column loses one character at a time: cut evenly
+        cuttable = [i for i, w in enumerate(widths) if w > floor[i]]
+        if not cuttable:
+            break
+        widths[max(cuttable, key=lambda j: widths[j])] -= 1
+        excess -= 1
+    return widths
+
+
+def is_cut(table: TextTable, width: int) -> bool:
+    """Whether ``plain(table, width)`` cuts a text cell."""
+    return "…" in plain(table, width) and "…" not in plain(table)
 
 
 def tsv(table: TextTable) -> str:

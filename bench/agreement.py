@@ -188,9 +188,9 @@ def _level(store: Any, name: str, workload: str, concurrency: int) -> dict[str, 
         ci = drafter.tie_pct(base)
     cell = [r for r in rows if r.workload == workload and r.concurrency == concurrency]
     shares = [
-        r.ttft_ms_p50 / (r.ttft_ms_p50 + r.tpot_ms_p50 * max(r.num_output_tokens / r.num_requests - 1, 0))
+        r.median_ttft_ms / (r.median_ttft_ms + r.median_tpot_ms * max(r.num_output_tokens / r.num_requests - 1, 0))
         for r in cell
-        if r.ttft_ms_p50 and r.tpot_ms_p50 is not None and r.num_requests
+        if r.median_ttft_ms and r.median_tpot_ms is not None and r.num_requests
     ]  # fmt: skip
     return {
         "answer": choice.best.label(),

@@ -153,7 +153,8 @@ def table_format_options(f: Callable[..., Any]) -> Callable[..., Any]:
         "--json",
         "as_json",
         is_flag=True,
-        help="Print JSON for machines instead of a table (same as --format json).",
+        help="Print one JSON document on stdout instead of a table (same as --format json); "
+        "notes stay on stderr.",
     )(f)
     return f
 
@@ -309,8 +310,10 @@ def emit_table(
     """Print a table so that no number or id is ever cut.
 
     ``fmt="tsv"``: tab-separated. Otherwise, on a terminal (``terminal`` overrides the check) a
-    rich table when every number and id fits in the terminal's ``width``, else (and whenever
-    the output is a pipe or a file) plain aligned columns.
+    rich table when every number and id fits in the terminal's ``width``, else plain aligned
+    columns as wide as they need. In a pipe or a file: plain aligned columns at most
+    ``PIPE_WIDTH`` (100) wide, text cells cut with "…" (a note on stderr says so; ``--format
+    tsv`` and ``--json`` print every cell whole); numbers and ids are never cut.
     """
     stream = sys.stderr if stderr else sys.stdout
     if fmt == "tsv":
@@ -325,7 +328,13 @@ def emit_table(
         if fits(table, con.width):
             con.print(to_rich(table))
             return
-    click.echo(plain(table), file=stream)
+        click.echo(plain(table), file=stream)
+        return
+    from autotune.tables import PIPE_WIDTH, is_cut
+
+    click.echo(plain(table, PIPE_WIDTH), file=stream)
+    if is_cut(table, PIPE_WIDTH):
+        note(f"(text cut to {PIPE_WIDTH} columns: --format tsv or --json prints every cell whole)")
 
 
 def confirm_destructive(question: str, yes: bool) -> None:

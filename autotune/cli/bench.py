@@ -67,7 +67,8 @@ def bench() -> None:
     "--json",
     "as_json",
     is_flag=True,
-    help="Print one JSON object per strategy and seed per line instead of tables.",
+    help="Print one JSON document instead of tables: {landscape, tolerance_pct, runs}, one run "
+    "per strategy and seed.",
 )
 def search(
     landscape: Path,
@@ -94,9 +95,9 @@ def search(
     from autotune.bench.search import bench_search
 
     result = bench_search(landscape, strategies, seeds, tolerance, jobs=jobs)
-    if as_json:
-        for r in result.runs:
-            click.echo(json.dumps(r))
+    if as_json:  # one JSON document, as every --json (was: one object per line)
+        doc = {"landscape": str(landscape), "tolerance_pct": tolerance, "runs": list(result.runs)}
+        click.echo(json.dumps(doc, indent=2))
         return
     _print_tables(
         landscape,

@@ -32,7 +32,7 @@ def models(as_json: bool, fmt: str) -> None:
         [
             Column("alias", "id"),
             Column("model", "id"),
-            Column("TP", "id"),
+            Column("TP"),  # per-device sizes: text, cut in a pipe (tsv, json: whole)
             Column("method", "id"),
             Column("draft", "id"),
             Column("N", "number"),

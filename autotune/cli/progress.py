@@ -73,6 +73,21 @@ class LineReporter(QuietReporter):
         self._say(text)
 
 
+def _status_column() -> Any:
+    """The progress bar's last column: the status on one line, cut with an ellipsis.
+
+    Its table column is the only one rich may narrow (the others are no-wrap), and the text
+    itself never wraps, so a long status loses its end, not the count or the ETA."""
+    from rich.progress import ProgressColumn
+    from rich.text import Text
+
+    class StatusColumn(ProgressColumn):
+        def render(self, task: Any) -> Text:
+            return Text(str(task.fields.get("status", "")), no_wrap=True, overflow="ellipsis")
+
+    return StatusColumn
+
+
 class RichReporter(QuietReporter):
     """A rich progress bar on stderr; finished configs print above it."""
 
@@ -85,16 +100,22 @@ class RichReporter(QuietReporter):
             TimeElapsedColumn,
             TimeRemainingColumn,
         )
+        from rich.table import Column
+
+        _StatusColumn = _status_column()
 
         self.console = console
         self.progress = Progress(
-            TextColumn("[bold]{task.description}"),
-            BarColumn(),
+            TextColumn("[bold]{task.description}", table_column=Column(no_wrap=True)),
+            BarColumn(bar_width=20),
             MofNCompleteColumn(),
             TimeElapsedColumn(),
             TextColumn("ETA"),
             TimeRemainingColumn(),
-            TextColumn("{task.fields[status]}", markup=False),
+            # The status (running config, best so far) takes what width is left and is cut
+            # with an ellipsis: the count and ETA before it never are (they were, first, at
+            # 100-120 columns when the status was long).
+            _StatusColumn(table_column=Column(no_wrap=False, overflow="ellipsis")),
             console=console,
             transient=False,
         )

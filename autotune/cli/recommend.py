@@ -84,22 +84,30 @@ FORMATS = ("json", "args", "yaml", "dsd")
     "point; any: measured when the store has the pair, else published.",
 )
 @click.option(
+    "--slo-p99-tpot-ms",
     "--slo-tpot-p99",
+    "slo_tpot_p99",
     type=POSITIVE_FLOAT,
     default=None,
     metavar="MS",
     help="Latency SLO: only configs whose p99 time per output token is at most MS "
-    "[default: the study's slo: block, if any].",
+    "[default: the study's slo: block, if any]. Named as vLLM's benchmark JSON names the "
+    "number (p99_tpot_ms); the earlier spelling --slo-tpot-p99 (and --slo-ttft-p99, "
+    "--slo-itl-p99) still works.",
 )
 @click.option(
+    "--slo-p99-ttft-ms",
     "--slo-ttft-p99",
+    "slo_ttft_p99",
     type=POSITIVE_FLOAT,
     default=None,
     metavar="MS",
     help="Latency SLO: p99 time to first token at most MS.",
 )
 @click.option(
+    "--slo-p99-itl-ms",
     "--slo-itl-p99",
+    "slo_itl_p99",
     type=POSITIVE_FLOAT,
     default=None,
     metavar="MS",
@@ -194,7 +202,7 @@ def recommend(
     from autotune.errors import NoResultError, SpecError
     from autotune.spec.slo import SLO
 
-    slo = SLO(tpot_p99_ms=slo_tpot_p99, ttft_p99_ms=slo_ttft_p99, itl_p99_ms=slo_itl_p99)
+    slo = SLO(p99_tpot_ms=slo_tpot_p99, p99_ttft_ms=slo_ttft_p99, p99_itl_ms=slo_itl_p99)
     missing = ctx.store_file_missing()
     if context is not None:  # the context-length axis: answer from the bucket for L
         if source == "published":

@@ -32,6 +32,7 @@ def study() -> None:
 
     \b
     Example:
+      # from the root of the autotune checkout, which ships the study files:
       autotune study create studies/tiny-cpu.yaml
       autotune study run tiny-cpu
       autotune study show tiny-cpu

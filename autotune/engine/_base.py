@@ -176,12 +176,12 @@ class Measurement:
     measure_s: float
     output_throughput_tok_s: float
     request_throughput_req_s: float
-    ttft_ms_p50: float | None = None
-    ttft_ms_p99: float | None = None
-    tpot_ms_p50: float | None = None
-    tpot_ms_p99: float | None = None
-    itl_ms_p50: float | None = None
-    itl_ms_p99: float | None = None
+    median_ttft_ms: float | None = None
+    p99_ttft_ms: float | None = None
+    median_tpot_ms: float | None = None
+    p99_tpot_ms: float | None = None
+    median_itl_ms: float | None = None
+    p99_itl_ms: float | None = None
     """Latencies; None where the backend has none (a replayed landscape records throughput)."""
     num_drafts: int = 0
     num_draft_tokens: int = 0

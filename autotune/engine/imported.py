@@ -68,9 +68,9 @@ class ImportedSweep:
                 engine_start_s=0.0,
                 measure_s=r.measurement.measure_s,
                 params=tuple(sorted(r.config.method_params.items())),
-                tpot_ms_p99=r.measurement.tpot_ms_p99,
-                ttft_ms_p99=r.measurement.ttft_ms_p99,
-                itl_ms_p99=r.measurement.itl_ms_p99,
+                p99_tpot_ms=r.measurement.p99_tpot_ms,
+                p99_ttft_ms=r.measurement.p99_ttft_ms,
+                p99_itl_ms=r.measurement.p99_itl_ms,
             )
             for r in self.runs
         ]

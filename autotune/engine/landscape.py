@@ -7,8 +7,9 @@ output_throughput_tok_s,mean_acceptance_length,acceptance_per_pos,engine_start_s
 a ``;``-separated list of a_i (empty for the baseline). An optional column, ``params``, holds
 the config's knobs besides N (autotune.spec.knobs) as a JSON object; empty means none, and a file
 without the column names every config by (method, draft, N) alone. Optional columns
-``tpot_ms_p99``, ``ttft_ms_p99`` and ``itl_ms_p99`` carry the run's p99 latencies, so a replayed
-study can be searched and chosen under a latency SLO.
+``p99_tpot_ms``, ``p99_ttft_ms`` and ``p99_itl_ms`` (vLLM's benchmark spelling) carry the run's
+p99 latencies, so a replayed study can be searched and chosen under a latency SLO; the earlier
+spelling ``tpot_ms_p99`` ... is read as an alias, so older landscapes still replay.
 """
 
 from __future__ import annotations
@@ -54,8 +55,15 @@ Config = tuple[str, str | None, int, str]
 """(method, draft, num_speculative_tokens, knobs as canonical JSON or ""): one engine config."""
 
 
-LATENCY_COLUMNS = ("tpot_ms_p99", "ttft_ms_p99", "itl_ms_p99")
-"""Optional: a recorded run's p99 latencies in ms."""
+LATENCY_COLUMNS = ("p99_tpot_ms", "p99_ttft_ms", "p99_itl_ms")
+"""Optional: a recorded run's p99 latencies in ms, spelled as vLLM's benchmark JSON spells them."""
+
+OLD_COLUMNS = {
+    "tpot_ms_p99": "p99_tpot_ms",
+    "ttft_ms_p99": "p99_ttft_ms",
+    "itl_ms_p99": "p99_itl_ms",
+}
+"""Earlier spellings of the latency columns, read as aliases (a file with both is refused)."""
 
 
 @dataclass(frozen=True)
@@ -74,9 +82,9 @@ class LandscapePoint:
     measure_s: float
     params: tuple[tuple[str, Any], ...] = ()
     """The config's knobs besides N, sorted by name (empty: none)."""
-    tpot_ms_p99: float | None = None
-    ttft_ms_p99: float | None = None
-    itl_ms_p99: float | None = None
+    p99_tpot_ms: float | None = None
+    p99_ttft_ms: float | None = None
+    p99_itl_ms: float | None = None
     """Optional latency columns (None where the landscape has none)."""
 
     @property
@@ -94,6 +102,7 @@ def read_landscape(path: Path) -> list[LandscapePoint]:
     lines = [line for line in text.splitlines(keepends=True) if not line.startswith("#")]
     reader = csv.DictReader(lines)
     try:
+        reader.fieldnames = _new_spelling(list(reader.fieldnames or ()), source)
         missing = [c for c in COLUMNS if c not in (reader.fieldnames or ())]
         if missing:
             raise SpecError(f"missing column(s) {', '.join(missing)}", source=source)
@@ -121,6 +130,15 @@ def read_landscape(path: Path) -> list[LandscapePoint]:
     if len({p.model for p in points}) != 1:
         raise SpecError("a landscape holds one model", source=source, field="model")
     return points
+
+
+def _new_spelling(header: list[str], source: str) -> list[str]:
+    """The header with the latency columns' earlier spelling read as vLLM's."""
+    renamed = [OLD_COLUMNS.get(c, c) for c in header]
+    for old, new in OLD_COLUMNS.items():
+        if old in header and new in header:
+            raise SpecError(f"has both {old} and {new} (the same column)", source=source)
+    return renamed
 
 
 MAX_VALUE = 1e9

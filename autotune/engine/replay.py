@@ -146,9 +146,9 @@ class ReplayEngine(Engine):
             num_accepted_tokens=sum(accepted),
             accepted_per_pos=accepted,
             max_inflight=concurrency,
-            tpot_ms_p99=p.tpot_ms_p99,
-            ttft_ms_p99=p.ttft_ms_p99,
-            itl_ms_p99=p.itl_ms_p99,
+            p99_tpot_ms=p.p99_tpot_ms,
+            p99_ttft_ms=p.p99_ttft_ms,
+            p99_itl_ms=p.p99_itl_ms,
         )
 
     def _draw(self, workload: str, concurrency: int, rows: list[LandscapePoint]) -> LandscapePoint:

@@ -59,12 +59,12 @@ class LatencySummary:
     """p50 and p99 of TTFT, TPOT and ITL over a run, in milliseconds; None when nothing was
     observed."""
 
-    ttft_ms_p50: float | None
-    ttft_ms_p99: float | None
-    tpot_ms_p50: float | None
-    tpot_ms_p99: float | None
-    itl_ms_p50: float | None
-    itl_ms_p99: float | None
+    median_ttft_ms: float | None
+    p99_ttft_ms: float | None
+    median_tpot_ms: float | None
+    p99_tpot_ms: float | None
+    median_itl_ms: float | None
+    p99_itl_ms: float | None
 
 
 def percentile_ms(values_s: Sequence[float], q: float) -> float | None:
@@ -80,12 +80,12 @@ def summarize(timings: Sequence[RequestTiming]) -> LatencySummary:
     tpots = [t for t in (r.tpot_s for r in timings) if t is not None]
     itls = [gap for r in timings for gap in r.itls_s]
     return LatencySummary(
-        ttft_ms_p50=percentile_ms(ttfts, 50),
-        ttft_ms_p99=percentile_ms(ttfts, 99),
-        tpot_ms_p50=percentile_ms(tpots, 50),
-        tpot_ms_p99=percentile_ms(tpots, 99),
-        itl_ms_p50=percentile_ms(itls, 50),
-        itl_ms_p99=percentile_ms(itls, 99),
+        median_ttft_ms=percentile_ms(ttfts, 50),
+        p99_ttft_ms=percentile_ms(ttfts, 99),
+        median_tpot_ms=percentile_ms(tpots, 50),
+        p99_tpot_ms=percentile_ms(tpots, 99),
+        median_itl_ms=percentile_ms(itls, 50),
+        p99_itl_ms=percentile_ms(itls, 99),
     )
 
 

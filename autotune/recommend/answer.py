@@ -496,7 +496,7 @@ def recommend(
 
     # vLLM's goodput judges TTFT and TPOT only: an ITL-only SLO is chosen by choose_slo.
     goodput = resolved.spec.objective == "goodput" and (
-        slo.tpot_p99_ms is not None or slo.ttft_p99_ms is not None
+        slo.p99_tpot_ms is not None or slo.p99_ttft_ms is not None
     )
 
     def at(level: int) -> Any:

@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from autotune.spec.study import StudySpec
     from autotune.store.records import MeasurementRecord as MeasuredRow
 
-METRICS = ("tpot_ms_p99", "ttft_ms_p99", "itl_ms_p99")
+METRICS = ("p99_tpot_ms", "p99_ttft_ms", "p99_itl_ms")
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,7 @@ class LatencyScore:
 
     config: ConfigScore
     p99_ms: dict[str, float | None]
-    """``tpot_ms_p99``, ``ttft_ms_p99``, ``itl_ms_p99``: median over repeats, None if unrecorded."""
+    """``p99_tpot_ms``, ``p99_ttft_ms``, ``p99_itl_ms``: median over repeats, None if unrecorded."""
 
     def ratio(self, slo: SLO) -> float:
         """The worst ``value / limit`` over the SLO's limits (<= 1 meets it; inf: unrecorded)."""
@@ -67,9 +67,9 @@ class LatencyScore:
 
     def describe(self, slo: SLO) -> str:
         """``ngram N=2: p99 TPOT 61.2 ms`` over the SLO's metrics."""
-        names = {"tpot_ms_p99": "TPOT", "ttft_ms_p99": "TTFT", "itl_ms_p99": "ITL"}
+        names = {"p99_tpot_ms": "TPOT", "p99_ttft_ms": "TTFT", "p99_itl_ms": "ITL"}
         parts = []
-        for metric in slo.limits() or {"tpot_ms_p99": 0.0}:
+        for metric in slo.limits() or {"p99_tpot_ms": 0.0}:
             value = self.p99_ms.get(metric)
             shown = "not recorded" if value is None else f"{value:.1f} ms"
             parts.append(f"p99 {names[metric]} {shown}")
@@ -196,7 +196,7 @@ def require_slo(choice: SLOChoice, workload: str, concurrency: int) -> LatencySc
     return choice.best
 
 
-def pareto_front(scores: Sequence[LatencyScore], metric: str = "tpot_ms_p99") -> list[LatencyScore]:
+def pareto_front(scores: Sequence[LatencyScore], metric: str = "p99_tpot_ms") -> list[LatencyScore]:
     """Configs not dominated on (higher median throughput, lower p99 ``metric``), fastest first.
 
     Configs without a recorded ``metric`` are left out: they have no place on the trade-off.
@@ -223,7 +223,7 @@ def study_slo(spec: StudySpec, workload: str) -> SLO:
     return spec.slo.for_workload(workload) if spec.slo else SLO()
 
 
-def trade_off_rows(choice: SLOChoice, metric: str = "tpot_ms_p99") -> list[dict[str, Any]]:
+def trade_off_rows(choice: SLOChoice, metric: str = "p99_tpot_ms") -> list[dict[str, Any]]:
     """One row per config of the cell for the report's throughput-vs-latency table and plot:
     its label, median tok/s, p99 latencies, whether it meets the SLO, is on the Pareto front,
     and is the recommendation under the SLO."""
@@ -281,16 +281,16 @@ def good_requests(latencies_ms: Sequence[tuple[float | None, float | None]], slo
     vLLM (``benchmarks/serve.py``: ``calculate_metrics``) counts a completed request as good
     when each limited metric *of that request* is within its limit: TTFT, and TPOT as
     (e2e - TTFT) / (output tokens - 1), taken as 0 for a one-token reply. The SLO's p99 limits
-    serve as those per-request limits; vLLM's goodput has no ITL term, so ``itl_p99_ms`` does not
+    serve as those per-request limits; vLLM's goodput has no ITL term, so ``p99_itl_ms`` does not
     enter. Requests that produced no chunk (TTFT None) did not complete and are not good.
     """
     good = 0
     for ttft_ms, tpot_ms in latencies_ms:
         if ttft_ms is None or tpot_ms is None:
             continue
-        if slo.ttft_p99_ms is not None and ttft_ms > slo.ttft_p99_ms:
+        if slo.p99_ttft_ms is not None and ttft_ms > slo.p99_ttft_ms:
             continue
-        if slo.tpot_p99_ms is not None and tpot_ms > slo.tpot_p99_ms:
+        if slo.p99_tpot_ms is not None and tpot_ms > slo.p99_tpot_ms:
             continue
         good += 1
     return good

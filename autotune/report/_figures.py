@@ -240,7 +240,7 @@ class TradeOffPoint:
     config: str
     """``ngram N=3``, ``off (no speculation)``."""
     median_tok_s: float
-    tpot_ms_p99: float
+    p99_tpot_ms: float
     meets_slo: bool
     on_front: bool
     recommended: bool
@@ -263,7 +263,7 @@ class TradeOffPanel:
     @property
     def front(self) -> list[TradeOffPoint]:
         """The front's points by rising p99 TPOT (the order a step line joins them)."""
-        return sorted((p for p in self.points if p.on_front), key=lambda p: p.tpot_ms_p99)
+        return sorted((p for p in self.points if p.on_front), key=lambda p: p.p99_tpot_ms)
 
 
 def trade_off_panels(df: pd.DataFrame, trade: pd.DataFrame) -> list[TradeOffPanel]:
@@ -278,7 +278,7 @@ def trade_off_panels(df: pd.DataFrame, trade: pd.DataFrame) -> list[TradeOffPane
     for (workload, concurrency), level in trade.groupby(["workload", "concurrency"], sort=True):
         points = []
         for r in level.to_dict("records"):
-            if r["tpot_ms_p99"] is None or pd.isna(r["tpot_ms_p99"]):
+            if r["p99_tpot_ms"] is None or pd.isna(r["p99_tpot_ms"]):
                 continue
             key = _series_key(r["speculative_config"])
             points.append(
@@ -286,13 +286,13 @@ def trade_off_panels(df: pd.DataFrame, trade: pd.DataFrame) -> list[TradeOffPane
                     label=OFF if key == "null" else key_label.get(key, key),
                     config=str(r["config"]),
                     median_tok_s=float(r["median_tok_s"]),
-                    tpot_ms_p99=float(r["tpot_ms_p99"]),
+                    p99_tpot_ms=float(r["p99_tpot_ms"]),
                     meets_slo=bool(r["meets_slo"]),
                     on_front=bool(r["on_front"]),
                     recommended=bool(r["recommended"]),
                 )
             )
         if points:
-            limit = slo_of(df, str(workload)).tpot_p99_ms
+            limit = slo_of(df, str(workload)).p99_tpot_ms
             panels.append(TradeOffPanel(str(workload), int(concurrency), points, limit))
     return panels

@@ -16,8 +16,10 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from autotune.recommend.choose import (
+    DEFAULT_PRECISION_PCT,
     DEFAULT_TIE_PCT,
     ConfigScore,
+    choose,
     labels_of,
     rank,
     score,
@@ -64,12 +66,12 @@ _LEADING = [
 
 _TRAILING = [
     "request_throughput_req_s",
-    "ttft_ms_p50",
-    "ttft_ms_p99",
-    "tpot_ms_p50",
-    "tpot_ms_p99",
-    "itl_ms_p50",
-    "itl_ms_p99",
+    "median_ttft_ms",
+    "p99_ttft_ms",
+    "median_tpot_ms",
+    "p99_tpot_ms",
+    "median_itl_ms",
+    "p99_itl_ms",
     "num_requests",
     "num_prompt_tokens",
     "num_output_tokens",
@@ -89,6 +91,7 @@ _TRAILING = [
     "ray_node_id",
     "device_ids",
     "engine_args",
+    "tensor_parallel_size",
     "env",
     "created_at",
     "id",
@@ -119,7 +122,7 @@ def measurements_frame(store: Store, study: str) -> pd.DataFrame:
     Config columns (method, draft, N, ``speculative_config`` as JSON text), ``speedup`` against
     the baseline's median throughput in the same (workload, prompt set, concurrency) — NaN where
     the baseline was not measured — and a_i expanded into ``acceptance_pos_1`` … (NaN past N).
-    ``df.attrs`` carries the study name, model and ``max_spread_pct``.
+    ``df.attrs`` carries the study name, model, ``max_spread_pct`` and ``precision_pct``.
     """
     from autotune.spec.loader import ResolvedStudy
 
@@ -127,14 +130,16 @@ def measurements_frame(store: Store, study: str) -> pd.DataFrame:
     try:
         spec = ResolvedStudy.from_json(record.resolved_json).spec
         max_spread = spec.measurement.max_spread_pct
+        precision = spec.measurement.precision_pct or DEFAULT_PRECISION_PCT  # None: default
     except ValueError:  # a study stored by an older schema: fall back to the default
-        spec, max_spread = None, DEFAULT_MAX_SPREAD_PCT
+        spec, max_spread, precision = None, DEFAULT_MAX_SPREAD_PCT, DEFAULT_PRECISION_PCT
     records = store.measurements(study=study)
     df = frame_from_records(records)
     df.attrs.update(
         study=record.name,
         model=record.model_alias or record.model,
         max_spread_pct=max_spread,
+        precision_pct=precision,
     )
     if spec is not None and spec.slo is not None:
         df = add_goodput(df, records, spec)
@@ -246,6 +251,18 @@ def _records(group: pd.DataFrame, acc_cols: list[str]) -> list[MeasurementRecord
         values.setdefault("created_at", datetime.min)
         values["id"] = int(rec.get("id", 0))
         out.append(MeasurementRecord(**values))
+    return out
+
+
+def level_choices(df: pd.DataFrame, tie_pct: float = DEFAULT_TIE_PCT) -> dict[tuple[str, int], Any]:
+    """(workload, concurrency) -> the :class:`~autotune.recommend.choose.Choice` ``recommend``
+    makes there (its tie, margin and low-confidence rule), from a measurements frame."""
+    records = _records(df, acceptance_columns(df))
+    out: dict[tuple[str, int], Any] = {}
+    for workload, concurrency in sorted({(r.workload, r.concurrency) for r in records}):
+        choice = choose(records, workload, concurrency, tie_pct)
+        if choice is not None:
+            out[(workload, concurrency)] = choice
     return out
 
 

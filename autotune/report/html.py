@@ -52,6 +52,7 @@ table.answer code { font-size: 0.9em; background: #f6f6f6; padding: 1px 4px; }
 table.summary th { cursor: pointer; user-select: none; }
 tr.recommended td { font-weight: bold; background: #eef6ee; }
 .noisy { color: #b36b00; }
+.tie { color: #3a5a8c; font-style: italic; }
 .note { color: #555; font-size: 0.85em; }
 button.copy { font-size: 0.8em; margin-left: 4px; }
 figure { margin: 0.5em 0; } figure svg, figure img { width: 100%; height: auto; max-width: 1400px; }
@@ -111,7 +112,7 @@ def write_html(df: pd.DataFrame, path: Path | str, renderer: Renderer = "auto") 
         f'<p class="note">{html.escape(provenance(df))}</p>',
         '<h2 id="answer">What to deploy</h2>',
         # the model as vLLM takes it (the HF id), not the catalog alias the title uses
-        _answer_html(summary, str(df["model"].iloc[0] if "model" in df else figs.title)),
+        _answer_html(summary, str(df["model"].iloc[0] if "model" in df else figs.title), df),
         _slo_answer_html(df),
         *sections,
         '<h2 id="all">Every config at every level</h2>',
@@ -131,10 +132,19 @@ def write_html(df: pd.DataFrame, path: Path | str, renderer: Renderer = "auto") 
     return out
 
 
-def _answer_html(summary: pd.DataFrame, model: str) -> str:
-    """Per workload × concurrency: the recommended config and why, with the line to copy."""
-    from autotune.recommend.render import serve_args
+def _answer_html(summary: pd.DataFrame, model: str, df: pd.DataFrame) -> str:
+    """Per workload × concurrency: the recommended config and why, with the line to copy.
 
+    The answer, its margin, its tie and its low confidence are ``recommend``'s own
+    (``autotune.recommend.choose``: the same ``Choice`` per level), and the serve line is
+    ``recommend --format args``: the measured engine args and tensor-parallel size included."""
+    from autotune.recommend.choose import DEFAULT_PRECISION_PCT
+    from autotune.recommend.render import serve_args
+    from autotune.report.frames import level_choices
+
+    max_spread = float(summary.attrs.get("max_spread_pct", 10.0))
+    precision = float(df.attrs.get("precision_pct", DEFAULT_PRECISION_PCT))
+    choices = level_choices(df)
     head = [
         ("workload", "t"),
         ("concurrency", ""),
@@ -149,14 +159,26 @@ def _answer_html(summary: pd.DataFrame, model: str) -> str:
     for (workload, concurrency), cell in summary.groupby(["workload", "concurrency"], sort=True):
         ranked = cell.sort_values("rank")
         best = ranked.iloc[0]
-        runner = ranked.iloc[1] if len(ranked) > 1 else None
+        choice = choices.get((str(workload), int(concurrency)))
         margin = "-"
-        if runner is not None and runner["median_tok_s"] > 0:
+        if choice is not None and choice.margin_pct is not None:
             # The one margin (autotune.recommend.choose.Choice.margin_pct): medians.
-            pct = 100.0 * (best["median_tok_s"] / runner["median_tok_s"] - 1.0)
-            margin = f"{pct:.1f}% over {runner['config']}"
+            margin = f"{choice.margin_pct:+.1f}% over {choice.runner_up.label(prose=False)}"
+        marks = []
+        if choice is not None and choice.tie:
+            tied = ", ".join(o.label(prose=False) for o in choice.tied_with)
+            marks.append(
+                f'<span class="tie" title="95% interval of the median ratio contains 1">'
+                f"tie with {html.escape(tied)}</span>"
+            )
+        why = choice.low_confidence(max_spread, precision) if choice is not None else ()
+        if why:
+            marks.append(
+                f'<span class="noisy" title="{html.escape("; ".join(why), quote=True)}">'
+                "low confidence</span>"
+            )
         config = json.loads(best["speculative_config"])
-        line = serve_args(model, config)
+        line = _serve_line(df, best, model, config, serve_args)
         speedup = "-" if pd.isna(best["speedup"]) else f"{best['speedup']:.2f}x"
         al = best["mean_acceptance_length"]
         noise = (
@@ -164,13 +186,14 @@ def _answer_html(summary: pd.DataFrame, model: str) -> str:
             if best["noisy"]
             else f"spread {best['spread_pct']:.1f}% over {best['repeats']}"
         )
+        flags = "".join(f"<br>{m}" for m in marks)
         cells = [
             f'<td class="t w">{html.escape(str(workload))}</td>',
             f'<td class="w">{concurrency}</td>',
             f'<td class="t w"><b>{html.escape(str(best["config"]))}</b></td>',
             f'<td class="w">{speedup}</td>',
             f'<td class="w">{"-" if pd.isna(al) else f"{al:.2f}"}</td>',
-            f'<td class="t">{html.escape(margin)}</td>',
+            f'<td class="t">{html.escape(margin)}{flags}</td>',
             f'<td class="t">{noise}</td>',
             f'<td class="t"><code>{html.escape(line)}</code><button class="copy" '
             f'data-text="{html.escape(line, quote=True)}">copy</button></td>',
@@ -182,13 +205,34 @@ def _answer_html(summary: pd.DataFrame, model: str) -> str:
         "1% of it, or whose medians tie (the 95% interval of the median ratio contains 1), are "
         "tied and the preferred answers (off, then the smaller N); speedup against running "
         "without speculation in the same cell; AL: mean acceptance length; margin: the "
-        "answer's median over the runner-up's, as `recommend --explain` prints it."
+        "answer's median over the runner-up's, as `recommend --explain` prints it; tie and "
+        "low confidence: the marks `recommend` prints as notes (hover for the reasons); the "
+        "vllm serve line is `recommend --format args` (the measured engine args)."
     )
     return (
         f'<div class="scroll"><table class="answer"><thead><tr>{ths}</tr></thead><tbody>'
         + "".join(rows)
         + f'</tbody></table></div><p class="note">{html.escape(note)}</p>'
     )
+
+
+def _serve_line(df: pd.DataFrame, best: Any, model: str, config: Any, serve_args: Any) -> str:
+    """The measured engine's ``vllm serve`` line for the answer of one cell: its engine args
+    and tensor-parallel size as stored with its measurements (``recommend --format args``)."""
+    rows = df[
+        (df["workload"] == best["workload"])
+        & (df["concurrency"] == best["concurrency"])
+        & (df["speculative_config"] == best["speculative_config"])
+    ]
+    engine_args: dict[str, Any] = {}
+    tp = 1
+    if not rows.empty:
+        first = rows.iloc[0]
+        raw = first.get("engine_args")
+        engine_args = json.loads(raw) if isinstance(raw, str) else dict(raw or {})
+        size = first.get("tensor_parallel_size")
+        tp = 1 if size is None or pd.isna(size) else int(size)
+    return str(serve_args(model, config, tensor_parallel_size=tp, engine_args=engine_args))
 
 
 def _summary_html(summary: pd.DataFrame) -> str:
@@ -285,7 +329,7 @@ def _trade_off_sections(df: pd.DataFrame, figs: Figures, renderer: Renderer) -> 
             str(r["concurrency"]),
             str(r["config"]) + (" ★" if r["recommended"] else ""),
             f"{r['median_tok_s']:,.1f}",
-            *(_ms(r[m]) for m in ("tpot_ms_p99", "ttft_ms_p99", "itl_ms_p99")),
+            *(_ms(r[m]) for m in ("p99_tpot_ms", "p99_ttft_ms", "p99_itl_ms")),
         ]
         if goodput:
             cells.append(_ms(r["goodput_req_s"], ".2f"))
@@ -364,7 +408,7 @@ def _mpl_trade_off(figs: Figures, panels: list[TradeOffPanel], fmt: str) -> str:
         front = panel.front
         if len(front) > 1:
             ax.step(
-                [p.tpot_ms_p99 for p in front],
+                [p.p99_tpot_ms for p in front],
                 [p.median_tok_s for p in front],
                 where="post",
                 color="#999999",
@@ -374,7 +418,7 @@ def _mpl_trade_off(figs: Figures, panels: list[TradeOffPanel], fmt: str) -> str:
         for p in panel.points:
             color = _point_color(figs, p.label)
             ax.scatter(
-                [p.tpot_ms_p99],
+                [p.p99_tpot_ms],
                 [p.median_tok_s],
                 s=150 if p.recommended else 36,
                 marker="*" if p.recommended else "o",
@@ -385,7 +429,7 @@ def _mpl_trade_off(figs: Figures, panels: list[TradeOffPanel], fmt: str) -> str:
             if p.on_front or p.recommended:
                 ax.annotate(
                     p.config.replace(" (no speculation)", ""),
-                    (p.tpot_ms_p99, p.median_tok_s),
+                    (p.p99_tpot_ms, p.median_tok_s),
                     textcoords="offset points",
                     xytext=(4, 4),
                     fontsize=7,
@@ -424,7 +468,7 @@ def _plotly_trade_off(figs: Figures, panels: list[TradeOffPanel]) -> str:
         front = panel.front
         fig.add_trace(
             go.Scatter(
-                x=[p.tpot_ms_p99 for p in front],
+                x=[p.p99_tpot_ms for p in front],
                 y=[p.median_tok_s for p in front],
                 mode="lines",
                 line={"shape": "hv", "color": "#999999"},
@@ -438,7 +482,7 @@ def _plotly_trade_off(figs: Figures, panels: list[TradeOffPanel]) -> str:
             color = _point_color(figs, p.label)
             fig.add_trace(
                 go.Scatter(
-                    x=[p.tpot_ms_p99],
+                    x=[p.p99_tpot_ms],
                     y=[p.median_tok_s],
                     mode="markers",
                     marker={

@@ -111,9 +111,9 @@ def front_table(trade_off: pd.DataFrame, slo_text: dict[str, str] | None = None)
             + (" ★" if r["recommended"] else "")
             + ("" if r["on_front"] else " (off front)"),
             _num(r["median_tok_s"], ",.1f"),
-            _num(r["tpot_ms_p99"], ".1f"),
-            _num(r["ttft_ms_p99"], ".1f"),
-            _num(r["itl_ms_p99"], ".1f"),
+            _num(r["p99_tpot_ms"], ".1f"),
+            _num(r["p99_ttft_ms"], ".1f"),
+            _num(r["p99_itl_ms"], ".1f"),
         ]
         if has_goodput:
             cells.append(_num(r["goodput_req_s"], ".2f"))

@@ -56,7 +56,7 @@ def trade_off_frame(df: pd.DataFrame) -> pd.DataFrame:
     from autotune.report.frames import _records, acceptance_columns, latest_prompt_sets
 
     empty = pd.DataFrame(columns=TRADE_OFF_COLUMNS)
-    if df.empty or "tpot_ms_p99" not in df or df["tpot_ms_p99"].isna().all():
+    if df.empty or "p99_tpot_ms" not in df or df["p99_tpot_ms"].isna().all():
         return empty
     data = latest_prompt_sets(df)
     acc_cols = acceptance_columns(data)

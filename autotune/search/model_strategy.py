@@ -549,7 +549,7 @@ class ModelStrategy:
         of p99 TPOT to c / throughput times c / ``high_tok_s`` (see the module docstring)."""
         if self.study.spec.slo is None or high_tok_s <= 0:
             return False
-        limit = study_slo(self.study.spec, level[0]).tpot_p99_ms
+        limit = study_slo(self.study.spec, level[0]).p99_tpot_ms
         ratio = ratios.get(level)
         if limit is None or ratio is None:
             return False
@@ -711,11 +711,11 @@ def _tpot_ratios(rows: Sequence[MeasurementRecord]) -> dict[Level, float]:
     repeats) to c / throughput (median), the mean time per token of one of c streams."""
     groups: dict[tuple[str, Level], list[MeasurementRecord]] = defaultdict(list)
     for r in rows:
-        if r.tpot_ms_p99 is not None and r.output_throughput_tok_s > 0:
+        if r.p99_tpot_ms is not None and r.output_throughput_tok_s > 0:
             groups[(config_id(r.speculative_config), (r.workload, r.concurrency))].append(r)
     out: dict[Level, float] = {}
     for (_, level), group in groups.items():
-        tpot = statistics.median(float(r.tpot_ms_p99 or 0.0) for r in group)
+        tpot = statistics.median(float(r.p99_tpot_ms or 0.0) for r in group)
         stream_ms = level[1] * 1000.0 / statistics.median(r.output_throughput_tok_s for r in group)
         out[level] = min(out.get(level, math.inf), tpot / stream_ms)
     return out

@@ -86,7 +86,10 @@ class PublishedResult(StrictModel):
     engine: str | None = Field(
         description="Serving engine and version as stated (vllm, sglang); None when not stated."
     )
-    source: str = Field(description="URL of the publication the numbers come from.")
+    source: str = Field(
+        description="URL of the publication the numbers come from, or (where it is not "
+        "available) the repository file it is cited from, e.g. docs/sources/NAME.txt."
+    )
     date: datetime.date | None = Field(
         description="Publication date; None when the source carries none."
     )

@@ -32,7 +32,7 @@ Generated from the pydantic models (`autotune/spec/study.py`, `autotune/spec/wor
 file is what they render, so it describes exactly what `autotune study create` accepts. Unknown
 keys are refused; integers, booleans and numbers are strict (`"3"`, `3.0` and `true` are not the
 integer 3; `.inf` and `.nan` are refused). A key in a list of objects is written `methods[].method`,
-one in a map `slo.workloads.NAME.tpot_p99_ms`; a `|` between types means either.
+one in a map `slo.workloads.NAME.p99_tpot_ms`; a `|` between types means either.
 """
 
 

@@ -5,28 +5,56 @@ Serving teams pick the fastest config whose tail latency stays within a service-
 Limits are in milliseconds on the p99 of TTFT, TPOT and ITL as autotune measures them
 (``autotune.engine.stats``), global or per workload; a workload's own limits override the
 global ones field by field.
+
+The keys are spelled as vLLM's benchmark JSON spells the same numbers (``p99_tpot_ms``,
+``p99_ttft_ms``, ``p99_itl_ms``), as are the measurement columns and landscape columns. The
+spelling of earlier autotune versions (``tpot_p99_ms`` ...) is read as an alias, so study files
+and stored studies written with it still load; nothing writes it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pydantic import Field, model_validator
+from pydantic import AliasChoices, Field, model_validator
 
 from autotune.spec._base import Float, StrictModel
+
+OLD_SLO_KEYS = {
+    "p99_tpot_ms": "tpot_p99_ms",
+    "p99_ttft_ms": "ttft_p99_ms",
+    "p99_itl_ms": "itl_p99_ms",
+}
+"""Each SLO key's spelling before vLLM's was adopted, still read (never written)."""
+
+
+def _alias(key: str) -> AliasChoices:
+    return AliasChoices(key, OLD_SLO_KEYS[key])
 
 
 class SLOLimits(StrictModel):
     """p99 latency limits in milliseconds; an unset limit does not constrain."""
 
-    tpot_p99_ms: Float | None = Field(
-        None, gt=0, description="Largest p99 time per output token (after the first), in ms."
+    p99_tpot_ms: Float | None = Field(
+        None,
+        validation_alias=_alias("p99_tpot_ms"),
+        gt=0,
+        description="Largest p99 time per output token (after the first), in ms. "
+        "vLLM's spelling; the earlier `tpot_p99_ms` is still read.",
     )
-    ttft_p99_ms: Float | None = Field(
-        None, gt=0, description="Largest p99 time to first token, in ms."
+    p99_ttft_ms: Float | None = Field(
+        None,
+        validation_alias=_alias("p99_ttft_ms"),
+        gt=0,
+        description="Largest p99 time to first token, in ms. "
+        "vLLM's spelling; the earlier `ttft_p99_ms` is still read.",
     )
-    itl_p99_ms: Float | None = Field(
-        None, gt=0, description="Largest p99 inter-token latency (gap between chunks), in ms."
+    p99_itl_ms: Float | None = Field(
+        None,
+        validation_alias=_alias("p99_itl_ms"),
+        gt=0,
+        description="Largest p99 inter-token latency (gap between chunks), in ms. "
+        "vLLM's spelling; the earlier `itl_p99_ms` is still read.",
     )
 
 
@@ -47,7 +75,7 @@ class SLOSpec(SLOLimits):
         limits += [w.model_dump(exclude_none=True) for w in self.workloads.values()]
         if not any(limits):
             raise ValueError(
-                "an slo: block sets at least one of tpot_p99_ms, ttft_p99_ms or itl_p99_ms"
+                "an slo: block sets at least one of p99_tpot_ms, p99_ttft_ms or p99_itl_ms"
             )
         return self
 
@@ -66,16 +94,16 @@ class SLOSpec(SLOLimits):
 class SLO:
     """Resolved p99 limits in ms for one workload (None: no limit on that metric)."""
 
-    tpot_p99_ms: float | None = None
-    ttft_p99_ms: float | None = None
-    itl_p99_ms: float | None = None
+    p99_tpot_ms: float | None = None
+    p99_ttft_ms: float | None = None
+    p99_itl_ms: float | None = None
 
     def limits(self) -> dict[str, float]:
-        """The set limits by metric name (``tpot_ms_p99`` etc., the measurement columns)."""
+        """The set limits by metric name (``p99_tpot_ms`` etc., the measurement columns)."""
         named = {
-            "tpot_ms_p99": self.tpot_p99_ms,
-            "ttft_ms_p99": self.ttft_p99_ms,
-            "itl_ms_p99": self.itl_p99_ms,
+            "p99_tpot_ms": self.p99_tpot_ms,
+            "p99_ttft_ms": self.p99_ttft_ms,
+            "p99_itl_ms": self.p99_itl_ms,
         }
         return {k: v for k, v in named.items() if v is not None}
 
@@ -84,5 +112,5 @@ class SLO:
 
     def describe(self) -> str:
         """``p99 TPOT <= 50 ms, p99 TTFT <= 2000 ms``."""
-        names = {"tpot_ms_p99": "TPOT", "ttft_ms_p99": "TTFT", "itl_ms_p99": "ITL"}
+        names = {"p99_tpot_ms": "TPOT", "p99_ttft_ms": "TTFT", "p99_itl_ms": "ITL"}
         return ", ".join(f"p99 {names[k]} <= {v:g} ms" for k, v in self.limits().items())

@@ -342,7 +342,7 @@ class StudySpec(StrictModel):
         "output tokens/s over (workload, concurrency), so every cell counts by its relative "
         "change; 'goodput', the geometric mean of requests/s that met the `slo:` limits on "
         "TTFT and TPOT (vLLM bench serve's goodput), which then also ranks `recommend`. "
-        "goodput needs an `slo:` with tpot_p99_ms or ttft_p99_ms and a vLLM engine.",
+        "goodput needs an `slo:` with p99_tpot_ms or p99_ttft_ms and a vLLM engine.",
     )
     slo: SLOSpec | None = Field(
         None,
@@ -417,13 +417,13 @@ class StudySpec(StrictModel):
             return self
         # vLLM's goodput judges each request's TTFT and TPOT; an ITL limit alone says nothing.
         judged = self.slo is not None and all(
-            self.slo.for_workload(w).tpot_p99_ms is not None
-            or self.slo.for_workload(w).ttft_p99_ms is not None
+            self.slo.for_workload(w).p99_tpot_ms is not None
+            or self.slo.for_workload(w).p99_ttft_ms is not None
             for w in self.workloads
         )
         if not judged:
             raise ValueError(
-                "objective: goodput needs an slo: block with tpot_p99_ms or ttft_p99_ms "
+                "objective: goodput needs an slo: block with p99_tpot_ms or p99_ttft_ms "
                 "for every workload"
             )
         if self.engine.kind in ("replay", "imported"):

@@ -28,7 +28,7 @@ from sqlalchemy import Connection, insert, inspect, select, text, update
 from autotune.errors import StoreError
 from autotune.store.tables import Base, MetaRow
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 """The newest revision's number (a unit test keeps it equal to Alembic's head)."""
 
 VERSION_TABLE = "autotune_alembic_version"
@@ -41,6 +41,17 @@ SCRIPT_LOCATION = Path(__file__).with_name("schema")
 def revision(version: int) -> str:
     """The Alembic revision id of schema ``version`` (``"0005"``)."""
     return f"{version:04d}"
+
+
+RENAMED_LATENCY_COLUMNS = {
+    "ttft_ms_p50": "median_ttft_ms",
+    "ttft_ms_p99": "p99_ttft_ms",
+    "tpot_ms_p50": "median_tpot_ms",
+    "tpot_ms_p99": "p99_tpot_ms",
+    "itl_ms_p50": "median_itl_ms",
+    "itl_ms_p99": "p99_itl_ms",
+}
+"""Schema 7's renames: the latency columns spelled as vLLM's benchmark JSON spells them."""
 
 
 def add_column(conn: Connection, table: str, column_ddl: str) -> None:

@@ -87,6 +87,9 @@ class MeasurementRecord(Measurement):
     """The accelerator ids the engine held, comma-separated ("" on the CPU)."""
     purpose: str | None = None
     """Its trial's purpose (:attr:`TrialRecord.purpose`): "confirm" tags a confirmation start."""
+    tensor_parallel_size: int = 1
+    """The engine's tensor-parallel size (its trial's), so a report's serve line is the
+    measured one."""
 
 
 @dataclass(frozen=True)

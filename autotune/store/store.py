@@ -1088,4 +1088,5 @@ def _measurement_record(m: MeasurementRow, t: TrialRow, st: StudyRow) -> Measure
         ray_node_id=m.ray_node_id,
         device_ids=m.device_ids,
         purpose=t.purpose,
+        tensor_parallel_size=t.tensor_parallel_size,
     )

@@ -37,7 +37,7 @@ def test_a_goodput_study_on_real_engines(tmp_path: Path) -> None:
         "repeats": 1,
         "sampler": "grid",
         "objective": "goodput",
-        "slo": {"tpot_p99_ms": SLO_TPOT_MS},
+        "slo": {"p99_tpot_ms": SLO_TPOT_MS},
         "measurement": {
             "max_prompts": 4,
             "max_tokens": 32,
@@ -64,11 +64,11 @@ def test_a_goodput_study_on_real_engines(tmp_path: Path) -> None:
     study = store.get_study("goodput")
     spec = ResolvedStudy.from_json(study.resolved_json).spec
     rows = store.measurements(study="goodput")
-    slo = SLO(tpot_p99_ms=SLO_TPOT_MS)
+    slo = SLO(p99_tpot_ms=SLO_TPOT_MS)
     for r in rows:
         assert len(r.request_latencies_ms) == r.num_requests
         tpots = [tpot for _, tpot in r.request_latencies_ms if tpot is not None]
-        assert r.tpot_ms_p99 is not None and max(tpots) >= r.tpot_ms_p99 * 0.999
+        assert r.p99_tpot_ms is not None and max(tpots) >= r.p99_tpot_ms * 0.999
         g = measurement_goodput(r, slo)
         assert g is not None and 0 < g <= r.num_requests / r.measure_s + 1e-9
 

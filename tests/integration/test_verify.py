@@ -90,7 +90,7 @@ def test_study_measured_through_vllm_serve(tmp_path: Path) -> None:
     for row in rows:
         assert row.output_throughput_tok_s > 0 and row.num_requests == 4
         assert row.num_output_tokens == 4 * 32  # --ignore-eos, the study's output length
-        assert row.ttft_ms_p99 and row.tpot_ms_p50 and row.itl_ms_p99
+        assert row.p99_ttft_ms and row.median_tpot_ms and row.p99_itl_ms
     drafted = next(r for r in rows if r.speculative_config)
     assert drafted.num_drafts > 0 and 0 < drafted.num_accepted_tokens <= drafted.num_draft_tokens
     assert len(drafted.accepted_per_pos) == 2

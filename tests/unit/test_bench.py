@@ -115,7 +115,7 @@ def test_cli_json_lines(tmp_path: Path):
         ],
     )
     assert result.exit_code == 0, result.output
-    lines = [json.loads(line) for line in result.output.splitlines()]
+    lines = json.loads(result.output)["runs"]  # one JSON document, as every --json
     assert [(r["strategy"], r["seed"]) for r in lines] == [
         ("model", 0),
         ("model", 1),

@@ -270,8 +270,8 @@ CASES: dict[str, Case] = {
     ),
     "slo-tpot-inf": Case(
         ["study", "create", "{work}/r.yaml"],
-        _files(r__yaml=REPLAY + "slo: {tpot_p99_ms: .inf}\n", l__csv=LAND),
-        expect="slo.tpot_p99_ms",
+        _files(r__yaml=REPLAY + "slo: {p99_tpot_ms: .inf}\n", l__csv=LAND),
+        expect="slo.p99_tpot_ms",
     ),
     "prompt-nul": Case(
         ["study", "create", "{work}/study.yaml"],

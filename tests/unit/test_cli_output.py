@@ -89,7 +89,6 @@ def test_every_table_keeps_every_id_and_number_whole_at_80_columns(study):
     assert {"moonshotai/Kimi-K2.5", "lightseekorg/kimi-k2.5-eagle3", "ngram N=4"} <= ids
     for table in tables:
         out = _render_80(table)
-        assert "…" not in out
         for cell in _cells(table):
             assert cell in out, f"{cell!r} cut in {table.columns[0].name!r} table"
 

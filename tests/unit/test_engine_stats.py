@@ -33,14 +33,14 @@ def test_a_request_without_tokens_has_no_latencies() -> None:
 def test_summary_pools_requests_with_linear_percentiles() -> None:
     s = summarize([A, B, C])
     # TTFT [0.1, 0.2, 0.3]: median 0.2; p99 at rank 0.99 * 2 = 1.98 -> 0.2 + 0.98 * 0.1.
-    assert s.ttft_ms_p50 == pytest.approx(200.0)
-    assert s.ttft_ms_p99 == pytest.approx(298.0)
+    assert s.median_ttft_ms == pytest.approx(200.0)
+    assert s.p99_ttft_ms == pytest.approx(298.0)
     # TPOT only for requests with > 1 token: [0.04, 0.02].
-    assert s.tpot_ms_p50 == pytest.approx(30.0)
-    assert s.tpot_ms_p99 == pytest.approx(39.8)
+    assert s.median_tpot_ms == pytest.approx(30.0)
+    assert s.p99_tpot_ms == pytest.approx(39.8)
     # ITL pooled over all requests: [0.02, 0.05, 0.05, 0.10]; p99 at rank 2.97.
-    assert s.itl_ms_p50 == pytest.approx(50.0)
-    assert s.itl_ms_p99 == pytest.approx(98.5)
+    assert s.median_itl_ms == pytest.approx(50.0)
+    assert s.p99_itl_ms == pytest.approx(98.5)
 
 
 def test_order_of_requests_does_not_matter() -> None:
@@ -51,6 +51,6 @@ def test_nothing_observed_gives_none_not_zero() -> None:
     assert percentile_ms([], 99) is None
     assert summarize([]) == LatencySummary(None, None, None, None, None, None)
     only_single_tokens = summarize([B])
-    assert only_single_tokens.ttft_ms_p50 == pytest.approx(200.0)
-    assert only_single_tokens.tpot_ms_p50 is None
-    assert only_single_tokens.itl_ms_p99 is None
+    assert only_single_tokens.median_ttft_ms == pytest.approx(200.0)
+    assert only_single_tokens.median_tpot_ms is None
+    assert only_single_tokens.p99_itl_ms is None

@@ -136,7 +136,7 @@ def slo_report(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, object]:
     from test_slo import _load_recording
 
     tmp = tmp_path_factory.mktemp("slo-html")
-    _load_recording(tmp / "slo.db", {"itl_p99_ms": 20, "tpot_p99_ms": 12})
+    _load_recording(tmp / "slo.db", {"p99_itl_ms": 20, "p99_tpot_ms": 12})
     df = measurements_frame(Store(str(tmp / "slo.db")), "slo-sweep")
     return write_html(df, tmp / "report.html"), df
 
@@ -162,7 +162,7 @@ def test_trade_off_in_the_browser_matches_choosing_under_the_slo(slo_report):
     probed.write_text(page.read_text().replace("</body>", TRADE_PROBE, 1))
     shown = _open_probe(probed, 1280)
     store_rows = Store(str(page.with_name("slo.db"))).measurements(study="slo-sweep")
-    slo = SLO(itl_p99_ms=20, tpot_p99_ms=12)
+    slo = SLO(p99_itl_ms=20, p99_tpot_ms=12)
     expected_best, expected_front, count = set(), set(), 0
     for level in (1, 8):
         choice = choose_slo(store_rows, "code", level, slo)

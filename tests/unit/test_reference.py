@@ -37,7 +37,7 @@ def test_bounds_defaults_and_variants_are_rendered():
     assert "### `engine` with `kind: replay`" in text
     assert "### `source` with `kind: openai_batch`" in text
     assert "| `methods[].num_speculative_tokens.max` |" in text
-    assert "| `slo.workloads.NAME.tpot_p99_ms` |" in text
+    assert "| `slo.workloads.NAME.p99_tpot_ms` |" in text
 
 
 def test_main_writes_the_file(tmp_path: Path):

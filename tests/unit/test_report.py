@@ -396,12 +396,12 @@ def slo_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from test_slo import _load_recording
 
     db = tmp_path_factory.mktemp("slo") / "slo.db"
-    _load_recording(db, {"itl_p99_ms": 20})
+    _load_recording(db, {"p99_itl_ms": 20})
     return db
 
 
 def test_the_report_prints_each_levels_pareto_front_and_the_slo_choice(slo_db: Path):
-    """Under `itl_p99_ms: 20` the recording's fastest config at 8 in flight (n-gram N=3) misses
+    """Under `p99_itl_ms: 20` the recording's fastest config at 8 in flight (n-gram N=3) misses
     the SLO: the front lists it, the ★ goes to no speculation, as `recommend` chooses."""
     from autotune.recommend.slo import choose_slo, pareto_front
     from autotune.spec.slo import SLO
@@ -412,7 +412,7 @@ def test_the_report_prints_each_levels_pareto_front_and_the_slo_choice(slo_db: P
     assert "off ★" in front and "under the SLO (code: p99 ITL <= 20 ms)" in front
     records = Store(str(slo_db)).measurements(study="slo-sweep")
     for level in (1, 8):
-        choice = choose_slo(records, "code", level, SLO(itl_p99_ms=20))
+        choice = choose_slo(records, "code", level, SLO(p99_itl_ms=20))
         assert choice is not None and choice.best is not None
         for s in pareto_front(choice.scores):
             assert s.config.label(prose=False) in front  # every front config is listed
@@ -422,7 +422,7 @@ def test_the_report_prints_each_levels_pareto_front_and_the_slo_choice(slo_db: P
     at8 = [r for r in data["trade_off"] if r["concurrency"] == 8]
     assert {r["config"] for r in at8 if r["recommended"]} == {"off"}
     assert {r["config"] for r in at8 if r["on_front"]} >= {"ngram N=3"}
-    assert all(r["meets_slo"] == (r["itl_ms_p99"] <= 20) for r in data["trade_off"])
+    assert all(r["meets_slo"] == (r["p99_itl_ms"] <= 20) for r in data["trade_off"])
 
 
 def test_a_replayed_study_has_no_trade_off(filled):

@@ -49,9 +49,9 @@ class Row:
     num_accepted_tokens: int
     accepted_per_pos: tuple[int, ...]
     created_at: datetime
-    tpot_ms_p99: float | None
-    ttft_ms_p99: float | None
-    itl_ms_p99: float | None
+    p99_tpot_ms: float | None
+    p99_ttft_ms: float | None
+    p99_itl_ms: float | None
 
 
 def _opt(v: str) -> float | None:
@@ -77,16 +77,16 @@ def rows() -> list[Row]:
             num_accepted_tokens=int(r.num_accepted_tokens),
             accepted_per_pos=(),
             created_at=datetime.fromisoformat(r.created_at),
-            tpot_ms_p99=_opt(r.tpot_ms_p99),
-            ttft_ms_p99=_opt(r.ttft_ms_p99),
-            itl_ms_p99=_opt(r.itl_ms_p99),
+            p99_tpot_ms=_opt(r.p99_tpot_ms),
+            p99_ttft_ms=_opt(r.p99_ttft_ms),
+            p99_itl_ms=_opt(r.p99_itl_ms),
         )
         for r in df.itertuples()
     ]
 
 
 def test_the_recording_has_latency_columns(rows: list[Row]) -> None:
-    assert rows and all(r.tpot_ms_p99 is not None and r.ttft_ms_p99 is not None for r in rows)
+    assert rows and all(r.p99_tpot_ms is not None and r.p99_ttft_ms is not None for r in rows)
     assert {r.concurrency for r in rows} == {1, 8}
 
 
@@ -100,25 +100,25 @@ def test_no_slo_agrees_with_the_plain_choice(rows: list[Row]) -> None:
 
 
 def test_every_config_meeting_the_slo_is_under_every_limit(rows: list[Row]) -> None:
-    slo = SLO(tpot_p99_ms=40.0, ttft_p99_ms=400.0)
+    slo = SLO(p99_tpot_ms=40.0, p99_ttft_ms=400.0)
     choice = choose_slo(rows, "code", 8, slo)
     assert choice is not None
     for s in choice.scores:
-        tpot, ttft = s.p99_ms["tpot_ms_p99"], s.p99_ms["ttft_ms_p99"]
+        tpot, ttft = s.p99_ms["p99_tpot_ms"], s.p99_ms["p99_ttft_ms"]
         assert tpot is not None and ttft is not None
         assert (s in choice.meeting) == (tpot <= 40.0 and ttft <= 400.0)
 
 
 def test_a_tight_slo_names_the_closest_config(rows: list[Row]) -> None:
-    slo = SLO(tpot_p99_ms=0.5)  # half a millisecond per token: nothing on 2 CPU cores meets it
+    slo = SLO(p99_tpot_ms=0.5)  # half a millisecond per token: nothing on 2 CPU cores meets it
     choice = choose_slo(rows, "code", 1, slo)
     assert choice is not None and choice.best is None
     with pytest.raises(NoConfigMeetsSLO) as info:
         require_slo(choice, "code", 1)
     closest = choice.closest
     assert closest is not None
-    assert closest.p99_ms["tpot_ms_p99"] == min(
-        s.p99_ms["tpot_ms_p99"] or 1e9 for s in choice.scores
+    assert closest.p99_ms["p99_tpot_ms"] == min(
+        s.p99_ms["p99_tpot_ms"] or 1e9 for s in choice.scores
     )
     assert info.value.exit_code == 1
     assert "no config meets the SLO (p99 TPOT <= 0.5 ms)" in str(info.value)
@@ -131,12 +131,12 @@ def test_pareto_front_is_undominated_and_spans_the_extremes(rows: list[Row]) -> 
         assert choice is not None
         front = pareto_front(choice.scores)
         fastest = max(choice.scores, key=lambda s: s.config.median_tok_s)
-        snappiest = min(choice.scores, key=lambda s: s.p99_ms["tpot_ms_p99"] or 1e9)
+        snappiest = min(choice.scores, key=lambda s: s.p99_ms["p99_tpot_ms"] or 1e9)
         assert fastest in front and snappiest in front
         for a in front:
             for b in choice.scores:
                 ta, tb = a.config.median_tok_s, b.config.median_tok_s
-                la, lb = a.p99_ms["tpot_ms_p99"], b.p99_ms["tpot_ms_p99"]
+                la, lb = a.p99_ms["p99_tpot_ms"], b.p99_ms["p99_tpot_ms"]
                 assert la is not None and lb is not None
                 assert not (tb >= ta and lb <= la and (tb > ta or lb < la))
 
@@ -146,10 +146,10 @@ def test_pareto_front_is_undominated_and_spans_the_extremes(rows: list[Row]) -> 
 
 def test_per_workload_limits_override_the_global_ones_field_by_field() -> None:
     spec = SLOSpec.model_validate(
-        {"tpot_p99_ms": 50, "ttft_p99_ms": 2000, "workloads": {"code": {"tpot_p99_ms": 30}}}
+        {"p99_tpot_ms": 50, "p99_ttft_ms": 2000, "workloads": {"code": {"p99_tpot_ms": 30}}}
     )
-    assert spec.for_workload("code") == SLO(tpot_p99_ms=30, ttft_p99_ms=2000)
-    assert spec.for_workload("chat") == SLO(tpot_p99_ms=50, ttft_p99_ms=2000)
+    assert spec.for_workload("code") == SLO(p99_tpot_ms=30, p99_ttft_ms=2000)
+    assert spec.for_workload("chat") == SLO(p99_tpot_ms=50, p99_ttft_ms=2000)
     assert spec.for_workload("chat").describe() == "p99 TPOT <= 50 ms, p99 TTFT <= 2000 ms"
     assert not SLO()
 
@@ -167,9 +167,9 @@ methods:
 @pytest.mark.parametrize(
     ("slo", "message", "field"),
     [
-        ("slo: {tpot_p99_ms: -3}", "greater than 0", "slo.tpot_p99_ms"),
+        ("slo: {p99_tpot_ms: -3}", "greater than 0", "slo.p99_tpot_ms"),
         ("slo: {p95_tpot: 3}", "unknown key", "slo.p95_tpot"),
-        ("slo: {workloads: {chat: {tpot_p99_ms: 3}}}", "'chat' is not one of the study's", None),
+        ("slo: {workloads: {chat: {p99_tpot_ms: 3}}}", "'chat' is not one of the study's", None),
     ],
 )
 def test_bad_slo_blocks_are_one_line(
@@ -186,9 +186,9 @@ def test_bad_slo_blocks_are_one_line(
 
 def test_a_good_slo_block_loads(tmp_path: Path) -> None:
     path = tmp_path / "s.yaml"
-    path.write_text(textwrap.dedent(STUDY) + "slo: {tpot_p99_ms: 40, workloads: {code: {}}}\n")
+    path.write_text(textwrap.dedent(STUDY) + "slo: {p99_tpot_ms: 40, workloads: {code: {}}}\n")
     spec = load_study_file(path)
-    assert spec.slo is not None and spec.slo.for_workload("code") == SLO(tpot_p99_ms=40)
+    assert spec.slo is not None and spec.slo.for_workload("code") == SLO(p99_tpot_ms=40)
 
 
 # --- the SLO moves the recommendation where the recording says so ----------------------------
@@ -201,10 +201,10 @@ def test_a_good_slo_block_loads(tmp_path: Path) -> None:
         # repeats spread 44 %, so the two are statistically tied and the plain answer is off;
         # off answers first in more than 100 ms at the p99, and only n-gram N=4 is within
         # (92.3 ms).
-        (8, SLO(ttft_p99_ms=100), "off (no speculation)", "ngram N=4"),
+        (8, SLO(p99_ttft_ms=100), "off (no speculation)", "ngram N=4"),
         # At one in flight N=1 and N=3 are tied (plain: N=1); only N=4 keeps p99 TPOT under
         # 2.5 ms (2.4 ms; N=3 2.6 ms).
-        (1, SLO(tpot_p99_ms=2.5), "ngram N=1", "ngram N=4"),
+        (1, SLO(p99_tpot_ms=2.5), "ngram N=1", "ngram N=4"),
     ],
 )
 def test_the_slo_changes_the_choice_where_the_data_says_so(
@@ -224,16 +224,16 @@ def test_an_slo_the_plain_answer_meets_changes_nothing(rows: list[Row]) -> None:
     # n-gram's multi-token chunks widen the gaps between streamed chunks at 8 in flight (p99
     # ITL 26.8 ms for N=3 against 12.0 ms without speculation): a 20 ms ITL limit keeps off,
     # which the plain choice already is (its tie with N=3).
-    choice = choose_slo(rows, "code", 8, SLO(itl_p99_ms=20))
+    choice = choose_slo(rows, "code", 8, SLO(p99_itl_ms=20))
     assert choice is not None and choice.best is not None
     assert choice.best.config.label() == "off (no speculation)" and not choice.changed
     assert not next(s for s in choice.scores if s.config.label() == "ngram N=3").meets(
-        SLO(itl_p99_ms=20)
+        SLO(p99_itl_ms=20)
     )
 
 
 def test_as_choice_is_a_plain_choice_among_those_that_meet_it(rows: list[Row]) -> None:
-    choice = choose_slo(rows, "code", 8, SLO(ttft_p99_ms=100))
+    choice = choose_slo(rows, "code", 8, SLO(p99_ttft_ms=100))
     assert choice is not None
     plain = choice.as_choice()
     assert plain.best.label() == "ngram N=4" and plain.concurrency == 8
@@ -241,29 +241,29 @@ def test_as_choice_is_a_plain_choice_among_those_that_meet_it(rows: list[Row]) -
     assert plain.baseline is not None and plain.baseline.is_baseline
     assert plain.speedup is not None and plain.speedup > 1.0
     with pytest.raises(NoConfigMeetsSLO):
-        choose_slo(rows, "code", 8, SLO(ttft_p99_ms=1)).as_choice()  # type: ignore[union-attr]
+        choose_slo(rows, "code", 8, SLO(p99_ttft_ms=1)).as_choice()  # type: ignore[union-attr]
 
 
 def test_one_config_for_every_level_under_the_slo(rows: list[Row]) -> None:
     assert choose_overall(rows, "code", [1, 8]).best.label() == "ngram N=3"  # type: ignore[union-attr]
-    loose = choose_overall_slo(rows, "code", [1, 8], SLO(itl_p99_ms=30))
+    loose = choose_overall_slo(rows, "code", [1, 8], SLO(p99_itl_ms=30))
     assert loose is not None and loose.best.label() == "ngram N=3"
     # Under 15 ms only the baseline keeps p99 ITL low at both levels (11.6 and 12.0 ms).
-    tight = choose_overall_slo(rows, "code", [1, 8], SLO(itl_p99_ms=15))
+    tight = choose_overall_slo(rows, "code", [1, 8], SLO(p99_itl_ms=15))
     assert tight is not None and tight.best.label() == "off (no speculation)"
     with pytest.raises(NoConfigMeetsSLO, match="closest"):
-        choose_overall_slo(rows, "code", [1, 8], SLO(itl_p99_ms=5))
+        choose_overall_slo(rows, "code", [1, 8], SLO(p99_itl_ms=5))
 
 
 def test_trade_off_rows_mark_front_slo_and_recommendation(rows: list[Row]) -> None:
-    choice = choose_slo(rows, "code", 8, SLO(itl_p99_ms=20))
+    choice = choose_slo(rows, "code", 8, SLO(p99_itl_ms=20))
     assert choice is not None
     table = trade_off_rows(choice)
     assert len(table) == len(choice.scores) == 7
     (chosen,) = [r for r in table if r["recommended"]]
     assert chosen["config"] == "off" and chosen["meets_slo"]
     assert {r["config"] for r in table if r["on_front"]} == {"ngram N=3"}
-    assert all(r["meets_slo"] == (r["itl_ms_p99"] <= 20) for r in table)
+    assert all(r["meets_slo"] == (r["p99_itl_ms"] <= 20) for r in table)
 
 
 # --- goodput, against vLLM's own ------------------------------------------------------------
@@ -302,8 +302,8 @@ def test_request_goodput_matches_vllm_bench_serve() -> None:
         for t in timings
     ]
     requests = [SampleRequest(prompt="x", prompt_len=1, expected_output_len=8) for _ in timings]
-    for slo in (SLO(ttft_p99_ms=200), SLO(tpot_p99_ms=8), SLO(ttft_p99_ms=300, tpot_p99_ms=10)):
-        goodput = {"ttft": slo.ttft_p99_ms, "tpot": slo.tpot_p99_ms}
+    for slo in (SLO(p99_ttft_ms=200), SLO(p99_tpot_ms=8), SLO(p99_ttft_ms=300, p99_tpot_ms=10)):
+        goodput = {"ttft": slo.p99_ttft_ms, "tpot": slo.p99_tpot_ms}
         metrics, _ = calculate_metrics(
             input_requests=requests,
             outputs=outputs,
@@ -370,9 +370,9 @@ def _load_recording(store_path: Path, slo: dict[str, Any] | None = None) -> None
                 measure_s=float(r.measure_s),
                 output_throughput_tok_s=float(r.output_throughput_tok_s),
                 request_throughput_req_s=float(r.request_throughput_req_s),
-                ttft_ms_p99=_opt(r.ttft_ms_p99),
-                tpot_ms_p99=_opt(r.tpot_ms_p99),
-                itl_ms_p99=_opt(r.itl_ms_p99),
+                p99_ttft_ms=_opt(r.p99_ttft_ms),
+                p99_tpot_ms=_opt(r.p99_tpot_ms),
+                p99_itl_ms=_opt(r.p99_itl_ms),
                 num_drafts=drafts,
                 num_draft_tokens=int(r.num_draft_tokens),
                 num_accepted_tokens=int(r.num_accepted_tokens),
@@ -393,18 +393,18 @@ def test_recommend_under_an_slo_from_the_command_line(autotune, db_path: Path) -
     # n-gram N=3's median is best, but inside the baseline's noise: a tie, answered "off"
     assert json.loads(plain.stdout) is None and "tie at concurrency 8" in plain.stderr
     # n-gram's multi-token chunks break a 20 ms p99 ITL at 8 in flight: no speculation.
-    under = autotune(*args, "--slo-itl-p99", "20")
+    under = autotune(*args, "--slo-p99-itl-ms", "20")
     assert under.exit_code == 0, under.stderr
     assert json.loads(under.stdout) is None
     assert "p99 ITL <= 20 ms" in under.stderr
-    ttft = autotune(*args, "--slo-ttft-p99", "100")
+    ttft = autotune(*args, "--slo-p99-ttft-ms", "100")
     assert json.loads(ttft.stdout)["num_speculative_tokens"] == 4
-    none = autotune(*args, "--slo-itl-p99", "1")
+    none = autotune(*args, "--slo-p99-itl-ms", "1")
     assert none.exit_code == 1 and "no config meets the SLO" in none.stderr
     assert "closest" in none.stderr and "Traceback" not in none.stderr
     # Published results carry no latency: an SLO never falls back to them.
     unmeasured = autotune(
-        "recommend", "--model", "gemma4", "--workload", "code", "--slo-itl-p99", "20"
+        "recommend", "--model", "gemma4", "--workload", "code", "--slo-p99-itl-ms", "20"
     )
     assert unmeasured.exit_code == 1
 
@@ -456,9 +456,9 @@ def test_goodput_from_the_stored_pairs_is_goodput_from_the_timings() -> None:
         request_throughput_req_s=1.0,
         request_latencies_ms=pairs,
     )
-    for slo in (SLO(ttft_p99_ms=200), SLO(tpot_p99_ms=8), SLO(ttft_p99_ms=300, tpot_p99_ms=10)):
+    for slo in (SLO(p99_ttft_ms=200), SLO(p99_tpot_ms=8), SLO(p99_ttft_ms=300, p99_tpot_ms=10)):
         assert measurement_goodput(m, slo) == pytest.approx(request_goodput(timings, 4.0, slo))
-    assert measurement_goodput(replace_pairs(m, ()), SLO(tpot_p99_ms=8)) is None
+    assert measurement_goodput(replace_pairs(m, ()), SLO(p99_tpot_ms=8)) is None
 
 
 def replace_pairs(m: Any, pairs: tuple[Any, ...]) -> Any:
@@ -471,9 +471,9 @@ def replace_pairs(m: Any, pairs: tuple[Any, ...]) -> Any:
     ("extra", "message"),
     [
         ("objective: goodput\n", "objective: goodput needs an slo: block"),
-        ("objective: goodput\nslo: {itl_p99_ms: 20}\n", "with tpot_p99_ms or ttft_p99_ms"),
+        ("objective: goodput\nslo: {p99_itl_ms: 20}\n", "with p99_tpot_ms or p99_ttft_ms"),
         (
-            "objective: goodput\nslo: {tpot_p99_ms: 20}\n"
+            "objective: goodput\nslo: {p99_tpot_ms: 20}\n"
             "engine: {kind: replay, landscape: x.csv}\n",
             "a replayed landscape does not record",
         ),
@@ -492,7 +492,7 @@ def test_goodput_objective_needs_an_slo_and_per_request_data(
 
 def test_goodput_objective_loads_with_an_slo(tmp_path: Path) -> None:
     path = tmp_path / "s.yaml"
-    path.write_text(textwrap.dedent(STUDY) + "objective: goodput\nslo: {tpot_p99_ms: 40}\n")
+    path.write_text(textwrap.dedent(STUDY) + "objective: goodput\nslo: {p99_tpot_ms: 40}\n")
     assert load_study_file(path).objective == "goodput"
 
 
@@ -512,11 +512,11 @@ def test_goodput_value_is_the_geomean_of_level_medians() -> None:
             "model": {"name": "tiny"},
             "workloads": ["code"],
             "objective": "goodput",
-            "slo": {"tpot_p99_ms": 8},
+            "slo": {"p99_tpot_ms": 8},
         }
     )
     assert metric_name(spec) == GOODPUT_METRIC
-    slo = SLO(tpot_p99_ms=8)
+    slo = SLO(p99_tpot_ms=8)
     from autotune.recommend.slo import request_goodput
 
     def m(level: int, repeat: int, seed: int) -> Measurement:
@@ -577,7 +577,7 @@ def test_the_model_strategy_under_an_slo_ends_with_the_slo_answer(tmp_path: Path
     under 20 ms: under that SLO the search compares candidates against the best config that
     meets it (not the fastest overall), so it measures more and ends on the SLO's answer."""
     plain, plain_study = _replayed(tmp_path, "plain", 0)
-    under, under_study = _replayed(tmp_path, "under", 0, slo={"itl_p99_ms": 20})
+    under, under_study = _replayed(tmp_path, "under", 0, slo={"p99_itl_ms": 20})
     assert _answer(plain, 8) == "ngram N=3"
     assert _answer(under, 8) == "off (no speculation)"
     started = {t.config_key for t in plain.trials(plain_study)}
@@ -586,7 +586,7 @@ def test_the_model_strategy_under_an_slo_ends_with_the_slo_answer(tmp_path: Path
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
-@pytest.mark.parametrize("slo", [{"itl_p99_ms": 20}, {"tpot_p99_ms": 6.5}, {"tpot_p99_ms": 3}])
+@pytest.mark.parametrize("slo", [{"p99_itl_ms": 20}, {"p99_tpot_ms": 6.5}, {"p99_tpot_ms": 3}])
 def test_the_slo_winner_of_the_recording_is_never_skipped(
     tmp_path: Path, rows: list[Row], slo: dict[str, float], seed: int
 ) -> None:
@@ -628,7 +628,7 @@ def test_configs_that_cannot_meet_the_tpot_limit_are_not_proposed(tmp_path: Path
     plain = {c.config.label(): c.levels for c in strategy.candidates(state)}
     # 2.5 ms, not 3: a smaller N may accept up to its method's prefix ratio more than the largest
     # N's run, which raises its upper bound and lowers its TPOT floor.
-    strategy, state = after_anchors("tight", slo={"tpot_p99_ms": 2.5})
+    strategy, state = after_anchors("tight", slo={"p99_tpot_ms": 2.5})
     tight = {c.config.label(): c.levels for c in strategy.candidates(state)}
     assert any(("code", 8) in levels for levels in plain.values())
     assert not any(("code", 8) in levels for levels in tight.values())
@@ -650,7 +650,7 @@ def test_progress_lines_print_the_objectives_unit() -> None:
 
     base = {"name": "s", "model": {"name": "tiny"}, "workloads": ["code"]}
     goodput = StudySpec.model_validate(
-        {**base, "objective": "goodput", "slo": {"ttft_p99_ms": 100}}
+        {**base, "objective": "goodput", "slo": {"p99_ttft_ms": 100}}
     )
     assert objective_unit(StudySpec.model_validate(base)) == "tok/s"
     assert objective_unit(goodput) == "good req/s"

@@ -28,7 +28,7 @@ def _measurement(**kw) -> Measurement:
         measure_s=2.0,
         output_throughput_tok_s=200.0,
         request_throughput_req_s=2.0,
-        ttft_ms_p50=10.0,
+        median_ttft_ms=10.0,
         num_drafts=100,
         num_draft_tokens=300,
         num_accepted_tokens=150,

@@ -1,0 +1,50 @@
+"""``autotune.report.html``'s front table says what ``recommend`` says at each level.
+
+A replay of the recorded CPU sweep ``bench/landscapes/cpu-tiny-llama.csv``: per (workload,
+concurrency) the HTML answer row carries ``recommend --format args`` as its serve line, and
+marks a tie and low confidence exactly where ``recommend`` notes them (one definition each,
+``autotune.recommend.choose``).
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from pathlib import Path
+
+LANDSCAPE = "bench/landscapes/cpu-tiny-llama.csv"
+
+
+def _rows(page: str) -> dict[tuple[str, int], str]:
+    table = page.split('<table class="answer">', 1)[1].split("</table>", 1)[0]
+    out = {}
+    for row in re.findall(r"<tr>(.*?)</tr>", table.split("<tbody>", 1)[1], re.S):
+        cells = re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)
+        out[(html.unescape(cells[0]), int(cells[1]))] = row
+    return out
+
+
+def test_the_front_table_is_recommends_answer_tie_and_confidence(autotune, tmp_path: Path):
+    created = autotune("study", "create", "--landscape", LANDSCAPE, "--name", "replayed")
+    assert created.exit_code == 0, created.stderr
+    run = autotune("study", "run", "replayed", "-q", "--replay-time-scale", "0")
+    assert run.exit_code == 0, run.stderr
+    page_path = tmp_path / "r.html"
+    assert autotune("report", "replayed", "--html", str(page_path)).exit_code == 0
+    rows = _rows(page_path.read_text(encoding="utf-8"))
+    assert len(rows) == 6
+    ties = lows = 0
+    for (workload, level), row in rows.items():
+        args = ("recommend", "--model", "tiny", "--workload", workload)
+        answer = autotune(*args, "--concurrency", str(level), "--format", "args")
+        assert answer.exit_code == 0, answer.stderr
+        serve = html.unescape(re.search(r"<code>(.*?)</code>", row, re.S).group(1))
+        assert serve == answer.stdout.strip()
+        assert "--dtype" in serve  # the measured engine args, not only the config
+        tie = f"tie at concurrency {level}:" in answer.stderr
+        low = f"low confidence at concurrency {level}:" in answer.stderr
+        assert ("tie with" in row) == tie, (workload, level, answer.stderr)
+        assert ("low confidence</span>" in row) == low, (workload, level, answer.stderr)
+        ties, lows = ties + tie, lows + low
+    # The recorded sweep has both (else the comparison above shows nothing).
+    assert ties >= 1 and lows >= 1, (ties, lows)
