@@ -89,7 +89,7 @@ bench-stress: $(STAMP)  ## model vs tpe vs grid on 12 random landscapes nobody t
 bench-cli: $(STAMP)  ## wall time of the read-only commands (recommend, check, study list/show, report) beside `import autotune`
 	$(PY) bench/cli_time.py
 
-bench-scale: $(STAMP)  ## a replay study on 1, 2, 4, 8 logical GPUs through the Ray pool: wall time, busy fraction
+bench-scale: $(STAMP)  ## model vs grid replay studies on 1, 2, 4, 8 logical GPUs through the Ray pool: wall time, starts, engine-seconds, busy
 	$(PY) bench/scale.py
 
 bench-prefix: $(STAMP)  ## fit each method's prefix ratio (a smaller N's acceptance vs a larger N's run) from the recorded sweeps

@@ -126,7 +126,7 @@ def run_strategy(
     """
     from autotune import api
     from autotune.recommend.choose import choose
-    from autotune.store import Store
+    from autotune.store import FINISHED_STATES, Store
 
     if strategy not in SAMPLERS:
         raise ValueError(f"unknown strategy {strategy!r}; known: {', '.join(SAMPLERS)}")
@@ -143,7 +143,7 @@ def run_strategy(
             api.create_study(store, data=data, source=str(path))
             api.run_study(store, data["name"])
             record = store.get_study(data["name"])
-            trials = [t for t in store.trials(record) if t.state in ("complete", "failed")]
+            trials = [t for t in store.trials(record) if t.state in FINISHED_STATES]
             rows = store.measurements(study=data["name"])
         finally:
             store.dispose()

@@ -63,9 +63,9 @@ def coverage(store: Store, record: StudyRecord, planned: Planned) -> Coverage:
     """Finished configs vs the ``planned`` configs of the study's search space."""
     resolved = ResolvedStudy.from_json(record.resolved_json)
     # Distinct configs: the drift check's second baseline run is the same config.
-    measured = len(
-        {t.config_key for t in store.trials(record) if t.state in ("complete", "failed")}
-    )
+    from autotune.store import FINISHED_STATES
+
+    measured = len({t.config_key for t in store.trials(record) if t.state in FINISHED_STATES})
     return Coverage(measured=measured, planned=planned(resolved), status=record.status)
 
 

@@ -27,7 +27,7 @@ from autotune.search.space import SearchSpace
 from autotune.search.strategy import noisy_cell
 from autotune.spec.loader import ResolvedStudy
 from autotune.spec.methods import config_id
-from autotune.store import MeasurementRecord, TrialRecord
+from autotune.store import FINISHED_STATES, MeasurementRecord, TrialRecord
 
 CONFIRM = "confirm"
 """The ``purpose`` of a confirmation start's trial."""
@@ -168,7 +168,7 @@ class Confirmer:
         for t in self.trials:
             if t.purpose == CONFIRM:
                 self.begun = True
-                if t.state in ("complete", "failed"):
+                if t.state in FINISHED_STATES:
                     self.finished.add(t.config_key)
 
     def due(self, rows: Sequence[MeasurementRecord], free: int) -> list[Step]:

@@ -147,10 +147,19 @@ class ModelStrategy:
             acceptance_curves(study.model, study.model_alias) if curves is None else dict(curves)
         )
         """Published acceptance curves by method: the order of the first batch only."""
+        self._cancelled: dict[str, str] = {}
+        """Config key -> why its running engine was stopped early."""
+        self._judged_at: dict[str, tuple[int, int]] = {}
+        """Config key -> (finished configs, rows) when its engine was last judged for a cancel."""
 
-    def propose(self, state: SearchState, slots: int) -> list[EngineConfig]:
+    def propose(self, state: SearchState, slots: int, fill: bool = True) -> list[EngineConfig]:
         """Up to ``slots`` configs: each next one is chosen as if the ones before it were
-        running (their options' anchors are, so the model waits for their curves)."""
+        running (their options' anchors are, so the model waits for their curves).
+
+        With ``fill``, slots the model does not need yet (it waits for running configs) are not
+        left idle while an unmeasured config could still win: they take the configs of
+        :meth:`could_win`, highest upper bound first. On one slot nothing else is running when
+        the tuner asks, so this never adds a config there."""
         out: list[EngineConfig] = []
         while len(out) < slots:
             config = self._propose_one(state)
@@ -158,9 +167,60 @@ class ModelStrategy:
                 break
             out.append(config)
             state = dataclasses.replace(state, in_flight=state.in_flight | {config.key()})
+        if fill and len(out) < slots and (out or state.in_flight):
+            for config in self.could_win(state, slots - len(out)):
+                out.append(config)
+                state = dataclasses.replace(state, in_flight=state.in_flight | {config.key()})
         if not out:
             self.reason = "no unmeasured config can beat the measured best"
         return out
+
+    def could_win(self, state: SearchState, count: int) -> list[EngineConfig]:
+        """Up to ``count`` configs for slots the model does not need now, none of them taken.
+
+        First the model's candidates judged on measurements alone (running configs are not
+        counted at their predicted throughput, and several N of one method may run), highest
+        upper bound first. Then, for a method whose first engine is still running and so has
+        nothing measured, the N that split its range: the middle N first, then the middles of
+        the halves (nothing is known of them, so each could win; a second N of a method also
+        settles its step-cost split, the model's prior, when its first run finishes). Each is
+        cancelled once the evidence rules it out (:meth:`cancel_reason`)."""
+        taken = state.taken()
+        out: list[EngineConfig] = []
+        ranked = sorted(
+            self.candidates(state, believe=False),
+            key=lambda c: (-c.upside, -c.gain, c.config.num_speculative_tokens),
+        )
+        for cand in ranked:
+            if len(out) >= count:
+                return out
+            if cand.config.key() in taken:
+                continue
+            self._levels[cand.config.key()] = cand.levels
+            out.append(cand.config)
+            taken.add(cand.config.key())
+        blind: list[list[EngineConfig]] = []
+        for option in _speculative(state.space):
+            configs = [state.space.config(option, n) for n in option.n_values]
+            keys = [c.key() for c in configs]
+            if any(state.done.get(k) is not None for k in keys):
+                continue  # measured: the model's candidates above cover it
+            if not any(k in state.in_flight for k in keys):
+                continue  # its anchor is not started yet: the model starts it first
+            order = [configs[i] for i in _bisection_order(len(configs))]
+            blind.append([c for c in order if c.key() not in taken and c.key() not in state.done])
+        while len(out) < count and any(blind):
+            for queue in blind:
+                if queue and len(out) < count:
+                    config = queue.pop(0)
+                    self._levels[config.key()] = _levels_of(state.study)
+                    out.append(config)
+        return out
+
+    def cancel_reason(self, config: EngineConfig) -> str | None:
+        """Why ``config``'s engine was stopped before its cells were done (None: it was not):
+        the evidence ruled it out while it ran (see :meth:`next_cell`)."""
+        return self._cancelled.get(config.key())
 
     def observe(self, config: EngineConfig, value: float | None) -> None:
         """Nothing to keep: every decision is taken afresh from the stored measurements."""
@@ -225,6 +285,16 @@ class ModelStrategy:
         key = config.key()
         if key not in self._levels:
             self._levels[key] = self._levels_for(state, config)
+        evidence = (len(state.done), len(state.rows))
+        if key not in self._judged_at:
+            self._judged_at[key] = evidence
+        elif self._judged_at[key] != evidence:
+            # A config finished or measured more since this engine was last judged.
+            self._judged_at[key] = evidence
+            why = self._ruled_out(state, config, measured)
+            if why is not None:
+                self._cancelled[key] = why
+                return None
         everywhere = _levels_of(state.study)
         taken = {(m.workload, m.concurrency, m.repeat) for m in measured}
         mine: dict[Level, list[float]] = defaultdict(list)
@@ -340,6 +410,49 @@ class ModelStrategy:
                 out.add((w, c))
         return frozenset(out)
 
+    def _ruled_out(
+        self, state: SearchState, config: EngineConfig, measured: Sequence[Measurement]
+    ) -> str | None:
+        """Why a running config can no longer win anywhere, or None while it could.
+
+        Never the baseline, nor a method's only config with a value or running (its model is
+        fitted from it). Ruled out: the model, fitted on the finished configs alone (no
+        running config counted at its prediction), no longer lists it as a candidate, and at
+        no level it has measured does its median, raised by the screen of :meth:`next_cell`,
+        reach the level's measured best."""
+        if config.num_speculative_tokens == 0:
+            return None
+        option = _option_of(state.space, config)
+        if option is None:
+            return None
+        others = [
+            state.space.config(option, n).key()
+            for n in option.n_values
+            if n != config.num_speculative_tokens
+        ]
+        if not any(state.done.get(k) is not None for k in others):
+            return None  # nothing else of its method is measured: the model needs this run
+        found = self.candidates(state, include=config, believe=False)
+        if any(c.config.key() == config.key() for c in found):
+            return None
+        rows = _current_rows(state.rows)
+        cells = _cells(rows)
+        noise = self._noise(cells)
+        incumbent = self._incumbent(cells, noise, rows)
+        mine: dict[Level, list[float]] = defaultdict(list)
+        for m in measured:
+            mine[(m.workload, m.concurrency)].append(m.output_throughput_tok_s)
+        screen = 1 + self.screen_sigmas * noise
+        for level, tputs in mine.items():
+            best = incumbent.get(level)
+            if best is None or statistics.median(tputs) * screen >= best:
+                return None
+        return (
+            f"cancelled: ruled out after {len([v for v in state.done.values() if v is not None])}"
+            " configs measured (its upper bound beats no level's measured best, and none of its "
+            "measured levels comes within the noise of it)"
+        )
+
     def _levels_for(self, state: SearchState, config: EngineConfig) -> frozenset[Level]:
         """Where a config not proposed by this instance (a resumed study) is measured."""
         everywhere = _levels_of(state.study)
@@ -375,10 +488,11 @@ class ModelStrategy:
     # --- phase 2: what could still win -------------------------------------------------------
 
     def candidates(
-        self, state: SearchState, include: EngineConfig | None = None
+        self, state: SearchState, include: EngineConfig | None = None, believe: bool = True
     ) -> list[Candidate]:
         """Unmeasured configs that could beat the measured best at some level, best first
-        (``include``: judge this config too, even if it is taken).
+        (``include``: judge this config too, even if it is taken; ``believe``: count running
+        configs at their predicted throughput).
 
         Options whose anchor has not finished are left out: nothing is known of them yet and
         their anchor is proposed (or running) first.
@@ -408,7 +522,7 @@ class ModelStrategy:
         # batching, as batch Bayesian optimization proposes several points at once): a second
         # proposal made while they run must beat what they are expected to reach, so parallel
         # slots are not spent on configs that only matter if a running one disappoints.
-        for option, configs, _, models in fitted:
+        for option, configs, _, models in fitted if believe else ():
             for n, config in configs.items():
                 if config.key() not in state.in_flight or config.key() == (
                     include.key() if include else None
@@ -719,6 +833,38 @@ def _tpot_ratios(rows: Sequence[MeasurementRecord]) -> dict[Level, float]:
         stream_ms = level[1] * 1000.0 / statistics.median(r.output_throughput_tok_s for r in group)
         out[level] = min(out.get(level, math.inf), tpot / stream_ms)
     return out
+
+
+def _bisection_order(count: int) -> list[int]:
+    """Indices 0..count-1, each next one the middle of the widest gap left (the last index,
+    a method's largest N and its anchor, counts as taken, and comes last): N = 1..15 give
+    N = 7, 11, 3, 5, 9, 13, 1, ..."""
+    if count <= 1:
+        return list(range(count))
+    out: list[int] = []
+    spans = [(0, count - 1)]  # half-open on the right: the anchor at count - 1 is taken
+    while spans:
+        spans.sort(key=lambda s: (-(s[1] - s[0]), s[0]))
+        lo, hi = spans.pop(0)
+        if hi <= lo:
+            continue
+        mid = (lo + hi - 1) // 2
+        out.append(mid)
+        spans += [(lo, mid), (mid + 1, hi)]
+    return [*out, count - 1]
+
+
+def _option_of(space: SearchSpace, config: EngineConfig) -> Option | None:
+    """The search space's option ``config`` is an N of."""
+    return next(
+        (
+            o
+            for o in _speculative(space)
+            if (o.method, o.draft, dict(o.params))
+            == (config.method, config.draft, dict(config.method_params))
+        ),
+        None,
+    )
 
 
 def _levels_of(study: ResolvedStudy) -> frozenset[Level]:

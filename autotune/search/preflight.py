@@ -387,6 +387,7 @@ def _finished(
 ) -> tuple[dict[str, float | None], list[Any]]:
     """Config key -> value (None: failed) of the finished trials, and their measurements."""
     from autotune.search.objective import study_objective
+    from autotune.store import FINISHED_STATES, MEASURED_STATES
 
     objective = study_objective(study.spec)
     rows = store.measurements(study=record.name)
@@ -395,8 +396,8 @@ def _finished(
         by_trial.setdefault(r.trial_id, []).append(r)
     done: dict[str, float | None] = {}
     for t in store.trials(record):
-        if t.state in ("complete", "failed") and t.config_key not in done:
-            complete = t.state == "complete" and by_trial.get(t.id)
+        if t.state in FINISHED_STATES and t.config_key not in done:
+            complete = t.state in MEASURED_STATES and by_trial.get(t.id)
             done[t.config_key] = objective(by_trial[t.id]) if complete else None
     return done, rows
 
@@ -413,7 +414,7 @@ def _plan(
         from autotune.search.strategy import SearchState
 
         state = SearchState(study=study, space=space, rows=rows, done=done, in_flight=frozenset())
-        first = ModelStrategy(study).propose(state, max(1, len(space)))
+        first = ModelStrategy(study).propose(state, max(1, len(space)), fill=False)
         return [c.label(labels) for c in first], False
     rest = [c for c in space.configs() if c.key() not in done]
     if study.spec.sampler == "grid":

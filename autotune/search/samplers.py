@@ -231,5 +231,9 @@ class OptunaStrategy:
     def observe(self, config: EngineConfig, value: float | None) -> None:
         """Nothing to do: the sampler reads every trial from the mirror."""
 
+    def cancel_reason(self, config: EngineConfig) -> str | None:
+        """Never: every config is measured at every cell."""
+        return None
+
     def planned(self, state: SearchState) -> int:
         return len(state.space)

@@ -63,6 +63,12 @@ class Strategy(Protocol):
         """A config finished (``value`` None: it failed)."""
         ...
 
+    def cancel_reason(self, config: EngineConfig) -> str | None:
+        """Why ``config``'s engine was stopped (its ``next_cell`` returned None) before its
+        cells were done because the evidence ruled it out, or None: the tuner then stores the
+        trial as ``cancelled`` with this reason, its measurements kept."""
+        ...
+
     def planned(self, state: SearchState) -> int:
         """How many engine configs the strategy expects the study to start in all (measured,
         running and still to come), as far as it can tell now: the progress total."""

@@ -26,6 +26,7 @@ check's second baseline), and once one has run the strategy is not asked again.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -75,7 +76,7 @@ from autotune.search.wall_budget import WallBudget
 from autotune.spec.labels import Labels
 from autotune.spec.loader import ResolvedStudy
 from autotune.spec.methods import BASELINE
-from autotune.store import MeasurementRecord, Store, StudyRecord
+from autotune.store import FINISHED_STATES, MeasurementRecord, Store, StudyRecord
 
 
 class Reporter(Protocol):
@@ -219,6 +220,8 @@ class Tuner:
         """Trials finished in this run (the strategy is asked again after each)."""
         self.runs_of: dict[str, int] = defaultdict(int)
         """Config key -> finished (complete or failed) trials: 2 for a drift-checked baseline."""
+        self._running: dict[int, list[MeasurementRecord]] = {}
+        """Trial in flight -> its stored measurements as last read (see _running_rows)."""
         self.interrupted: dict[str, int] = {}
         """Config key -> the latest trial a dead driver left interrupted: reopened, not redone."""
 
@@ -310,7 +313,7 @@ class Tuner:
         for t in trials:
             if t.state == "interrupted":
                 self.interrupted[t.config_key] = t.id
-            if t.state not in ("complete", "failed"):
+            if t.state not in FINISHED_STATES:
                 continue
             self.started += 1
             self.engine_seconds += t.engine_seconds or 0.0
@@ -319,7 +322,7 @@ class Tuner:
                 continue  # the drift check's second baseline: the config's value is the first's
             if t.state == "failed" and t.method == BASELINE and t.engine_start_s is None:
                 self.summary.baseline_failure = t.failure_reason or "unknown reason"
-            self.done[t.config_key] = self._objective(rows[t.id]) if t.state == "complete" else None
+            self.done[t.config_key] = self._objective(rows[t.id]) if t.state != "failed" else None
             first_runs.append(t)
             if len(level_medians(rows[t.id])) == self._num_levels:
                 self.everywhere.add(t.config_key)
@@ -330,7 +333,8 @@ class Tuner:
         for t in first_runs:
             config = configs.get(t.config_key)
             if config is not None and self.space.params_for(config) not in recorded:
-                self.mirror.record(config, self.done[t.config_key], rows[t.id], t.failure_reason)
+                why = t.failure_reason if t.state == "failed" else None
+                self.mirror.record(config, self.done[t.config_key], rows[t.id], why)
         return self.strategy or make_strategy(spec.sampler, self.study, self.mirror)
 
     def _state(self, leave_out: int | None = None) -> SearchState:
@@ -345,6 +349,19 @@ class Tuner:
             done=dict(self.done),
             in_flight=frozenset(t.config.key() for t in self.inflight.values()),
         )
+
+    def _running_rows(self, leave_out: int) -> list[MeasurementRecord]:
+        """The stored measurements of the trials in flight but ``leave_out`` (each read
+        again only when it measured more)."""
+        out: list[MeasurementRecord] = []
+        for trial_id, run in self.inflight.items():
+            if trial_id == leave_out or not run.measurements:
+                continue
+            cached = self._running.get(trial_id)
+            if cached is None or len(cached) != len(run.measurements):
+                cached = self._running[trial_id] = self.store.trial_measurements(trial_id)
+            out += cached
+        return out
 
     def _submit(
         self,
@@ -381,7 +398,13 @@ class Tuner:
                 return confirm_cell(self.study, confirm.levels, measured)
             if drift:  # the second baseline takes the full protocol at every level
                 return protocol_cell(self.study, measured)
-            return strategy.next_cell(self._state(leave_out=trial_id), config, measured)
+            state = self._state(leave_out=trial_id)
+            # The other engines' cells so far count too: a running config's engine can be
+            # screened (or cancelled) by what its rivals measured before they finished.
+            running = self._running_rows(leave_out=trial_id)
+            if running:
+                state = dataclasses.replace(state, rows=[*state.rows, *running])
+            return strategy.next_cell(state, config, measured)
 
         pool.submit(job(trial_id=trial_id, config=config, plan=plan, resumed=tuple(resumed)))
         self.reporter.trial_started(config)
@@ -405,15 +428,19 @@ class Tuner:
     def _finish(self, run: _Trial, reason: str | None, strategy: Strategy) -> None:
         del self.inflight[run.trial_id]
         self.wall.trial_finished(run.trial_id)
+        self._running.pop(run.trial_id, None)
         seconds = run.engine_seconds
         self.engine_seconds += seconds
         self.summary.engine_seconds += seconds
         value = None if reason is not None else self._objective(run.measurements)
+        # Stopped early because the evidence ruled it out: its measurements count as any
+        # complete trial's, the state and reason say why it has fewer cells.
+        cancelled = None if reason is not None or run.drift else strategy.cancel_reason(run.config)
         self.store.finish_trial(
             run.trial_id,
-            state="failed" if reason is not None else "complete",
+            state="failed" if reason is not None else "cancelled" if cancelled else "complete",
             engine_seconds=seconds,
-            failure_reason=reason,
+            failure_reason=reason or cancelled,
         )
         key = run.config.key()
         self.runs_of[key] += 1

@@ -5,6 +5,8 @@ Queries return frozen records (``autotune.store.records``), never live ORM rows.
 
 from autotune.store.migrations import SCHEMA_VERSION
 from autotune.store.records import (
+    FINISHED_STATES,
+    MEASURED_STATES,
     MeasurementRecord,
     RecommendationRecord,
     StudyRecord,
@@ -14,7 +16,9 @@ from autotune.store.store import DEFAULT_DB, LEASE_TTL_S, Lease, LeaseHolder, St
 
 __all__ = [
     "DEFAULT_DB",
+    "FINISHED_STATES",
     "LEASE_TTL_S",
+    "MEASURED_STATES",
     "SCHEMA_VERSION",
     "Lease",
     "LeaseHolder",

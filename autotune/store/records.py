@@ -27,6 +27,14 @@ class StudyRecord:
     num_measurements: int = 0
 
 
+MEASURED_STATES = ("complete", "cancelled")
+"""Trial states whose measurements count: ``cancelled`` is a trial the search stopped early
+because the evidence ruled its config out (its reason in ``failure_reason``)."""
+
+FINISHED_STATES = (*MEASURED_STATES, "failed")
+"""Trial states that are never run again."""
+
+
 @dataclass(frozen=True)
 class TrialRecord:
     id: int

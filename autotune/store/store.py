@@ -53,6 +53,8 @@ from autotune.errors import (
 from autotune.store import migrations
 from autotune.store.migrations import current_version, upgrade
 from autotune.store.records import (
+    FINISHED_STATES,
+    MEASURED_STATES,
     MeasurementRecord,
     RecommendationRecord,
     StudyRecord,
@@ -531,7 +533,7 @@ class Store:
         engine_seconds: float,
         failure_reason: str | None = None,
     ) -> None:
-        if state not in ("complete", "failed"):
+        if state not in FINISHED_STATES:
             raise ValueError(f"bad trial state {state!r}")
         with self._driver_write() as s:
             row = s.get(TrialRow, trial_id)
@@ -755,7 +757,7 @@ class Store:
                 select(MeasurementRow, TrialRow, StudyRow)
                 .join(TrialRow, MeasurementRow.trial_id == TrialRow.id)
                 .join(StudyRow, TrialRow.study_id == StudyRow.id)
-                .where(TrialRow.state == "complete")
+                .where(TrialRow.state.in_(MEASURED_STATES))
             )
             if study is not None:
                 q = q.where(StudyRow.name == study)

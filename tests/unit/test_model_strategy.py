@@ -191,7 +191,8 @@ def test_step_floor_is_the_convex_monotone_amortized_lower_bound():
 
 def test_proposes_a_batch_for_free_slots(tmp_path: Path):
     """With several free slots the baseline and every method's anchor start together (each is
-    needed before the model can rank anything); nothing else is proposed until they finish."""
+    needed before the model can rank anything); nothing else is needed until they finish (the
+    slots beside them, ``fill``: tests/unit/test_model_strategy_slots.py)."""
     from autotune.search.model_strategy import ModelStrategy
     from autotune.search.space import SearchSpace
     from autotune.search.strategy import SearchState
@@ -206,7 +207,7 @@ def test_proposes_a_batch_for_free_slots(tmp_path: Path):
     space = SearchSpace(study)
     strategy = ModelStrategy(study)
     empty = SearchState(study, space, rows=(), done={}, in_flight=frozenset())
-    batch = strategy.propose(empty, slots=8)
+    batch = strategy.propose(empty, slots=8, fill=False)
     assert [(c.method, c.num_speculative_tokens) for c in batch] == [
         ("none", 0),
         ("eagle3", 4),
@@ -216,7 +217,7 @@ def test_proposes_a_batch_for_free_slots(tmp_path: Path):
     running = SearchState(
         study, space, rows=(), done={}, in_flight=frozenset(c.key() for c in batch)
     )
-    assert strategy.propose(running, slots=5) == []
+    assert strategy.propose(running, slots=5, fill=False) == []
     # The plan so far: the three running configs (no candidate is known before they finish).
     assert strategy.planned(running) == 3
     assert strategy.planned(empty) == 3
