@@ -11,11 +11,12 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from autotune.search.bench import study_from_landscape
+
 from autotune import api
 from autotune.cluster.virtual import VirtualPool
 from autotune.engine.landscape import LandscapePoint, write_landscape
 from autotune.engine.replay import ReplayEngine
-from autotune.search.bench import study_from_landscape
 from autotune.search.model_strategy import ModelStrategy
 from autotune.search.space import SearchSpace
 from autotune.search.strategy import SearchState
