@@ -11,13 +11,13 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from autotune.search.bench import study_from_landscape
-
 from autotune import api
 from autotune.cluster.virtual import VirtualPool
 from autotune.engine.landscape import LandscapePoint, write_landscape
 from autotune.engine.replay import ReplayEngine
+from autotune.search.landscape_study import study_from_landscape
 from autotune.search.model_strategy import ModelStrategy
+from autotune.search.protocol import save_recommendations
 from autotune.search.space import SearchSpace
 from autotune.search.strategy import SearchState
 from autotune.search.tuner import Tuner
@@ -129,7 +129,7 @@ def test_a_running_config_ruled_out_is_cancelled_and_its_measurements_stay(tmp_p
         # Stopped before its 4 cells, and what it measured is kept with the study's rows.
         assert 1 <= len(mine) < 4
         assert t.engine_seconds == 30.0 + 5.0 * len(mine)
-    assert api.save_recommendations(store, record) > 0
+    assert save_recommendations(store, record) > 0
     # The answer is N=7 at every level (the cancelled configs never rival it).
     for c in T0:
         top = max((r for r in rows if r.concurrency == c), key=lambda r: r.output_throughput_tok_s)
