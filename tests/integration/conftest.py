@@ -96,9 +96,47 @@ class Started:
     info: Any
 
 
+def _uses_vllm_engine(item: pytest.Item) -> bool:
+    return "vllm_engine" in getattr(item, "fixturenames", ()) or item.nodeid.endswith(
+        "test_engine_contract[vllm]"
+    )
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The tests on the shared ``vllm_engine`` run first among the integration tests, one after
+    the other: an in-process vLLM engine started (and stopped) after it leaves its Prometheus
+    counters behind (vLLM's metrics are the process's), so none may start in between."""
+    here = Path(__file__).parent
+    block = [i for i, item in enumerate(items) if here in Path(str(item.path)).parents]
+    if not block:
+        return
+    ours = [items[i] for i in block]
+    ordered = [i for i in ours if _uses_vllm_engine(i)] + [
+        i for i in ours if not _uses_vllm_engine(i)
+    ]
+    for i, item in zip(block, ordered, strict=True):
+        items[i] = item
+
+
+_SHARED: list[Any] = []
+"""The started shared ``vllm_engine`` (stopped after its last test: see below)."""
+
+
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """Stop the shared engine after its last test, so it holds no memory (or counters) while
+    the rest of the session runs; its fixture checks the teardown at the end."""
+    if (
+        _SHARED
+        and _uses_vllm_engine(item)
+        and (nextitem is None or not _uses_vllm_engine(nextitem))
+    ):
+        _SHARED.pop().stop()
+
+
 @pytest.fixture(scope="session")
 def vllm_engine(tiny_llama: Path) -> Iterator[Started]:
-    """The baseline of ``tiny_llama`` in this process, warm, shared by the session."""
+    """The baseline of ``tiny_llama`` in this process, warm, shared by the tests that use it
+    (run one after the other, first: :func:`pytest_collection_modifyitems`)."""
     from autotune.engine import EngineConfig
     from autotune.engine.vllm import VLLMEngine
     from autotune.testing.engine_contract import check_started, check_stopped
@@ -108,9 +146,11 @@ def vllm_engine(tiny_llama: Path) -> Iterator[Started]:
     config = EngineConfig(model=str(tiny_llama))
     info = engine.start(config)
     check_started(info)
+    _SHARED.append(engine)
     try:
         yield Started(engine, config, info)
     finally:
+        _SHARED.clear()
         check_stopped(engine, prepared("code", code_prompts(1), 4, chat_template=False))
 
 

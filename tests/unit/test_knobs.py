@@ -263,6 +263,7 @@ def test_listed_values_are_variants_of_the_method():
     ]
 
 
+@pytest.mark.vllm
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm is not installed")
 def test_every_variant_is_checked_against_vllms_speculative_config():
     from autotune.engine.vllm_checks import check_speculative_config
