@@ -514,6 +514,7 @@ def test_good_config_passes_the_checks() -> None:
         parse_config_text(text, "t")
 
 
+@pytest.mark.vllm  # reads vLLM's own code
 def test_safe_env_passes_without_consent() -> None:
     from autotune.engine.vllm_checks import vllm_env_names
     from autotune.spec.loader import check_env, safe_env

@@ -72,6 +72,7 @@ def test_dry_run_of_the_cpu_demo_shows_a_plan_that_can_go(autotune, db_path: Pat
     assert store_digest(db_path) == before  # nothing written
 
 
+@pytest.mark.vllm  # reads vLLM's own code
 @pytest.mark.parametrize(
     ("study", "tp", "targets"),
     [
@@ -103,6 +104,7 @@ def test_dry_run_of_a_gpu_study_on_this_cpu_machine_says_why_not(
     assert data["engine_hours"] is None
 
 
+@pytest.mark.vllm  # reads vLLM's own code
 def test_a_real_run_of_kimi_here_is_refused_up_front(autotune, db_path: Path) -> None:
     store_study(db_path, STUDIES / "kimi-k2.5.yaml")
     before = store_digest(db_path)
