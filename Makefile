@@ -48,11 +48,11 @@ endif
 	$(AUTOTUNE) --version
 	@touch $(STAMP)
 
-test: $(STAMP)  ## unit tests, then integration tests on the real vLLM engine (CPU build where no GPU)
+test: $(STAMP)  ## every test: unit, the store contract, and the real vLLM engine (CPU build where no GPU)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-test-unit: $(STAMP)  ## the fast loop: unit tests without the vLLM engine, the tiny models' training or PostgreSQL
-	$(PY) -m pytest -m "not integration and not models and not contract" $(PYTEST_ARGS)
+test-unit: $(STAMP)  ## the fast loop (about a minute): no vLLM import, no engine, Ray, tiny-model training or PostgreSQL
+	$(PY) -m pytest -m "not integration and not models and not contract and not vllm" $(PYTEST_ARGS)
 
 test-contract: $(STAMP)  ## the store contract suite on SQLite and a real PostgreSQL server
 	$(PY) -m pytest -m contract $(PYTEST_ARGS)

@@ -1,10 +1,15 @@
-"""Shared fixtures: an isolated store per test, and a CLI runner that reports like `autotune`."""
+"""Shared fixtures: an isolated store per test, and a CLI runner that reports like `autotune`;
+and the unit selection's guard: in ``make test-unit``'s selection vLLM cannot be imported (the
+code runs its "vLLM not installed" path), and the session fails if vLLM got imported anyway."""
 
 from __future__ import annotations
 
-import hashlib
+import importlib.util
+import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -44,22 +49,9 @@ def autotune(db_path: Path, monkeypatch: pytest.MonkeyPatch):
     return run
 
 
-def file_digest(path: Path) -> str | None:
-    """Digest of a SQLite store with its WAL, or None when it does not exist."""
-    if not path.exists():
-        return None
-    from sqlalchemy import create_engine, text
-
-    engine = create_engine(f"sqlite:///{path}")
-    h = hashlib.sha256()
-    with engine.connect() as conn:
-        for (name,) in conn.execute(
-            text("SELECT name FROM sqlite_master WHERE type='table' ORDER BY name")
-        ):
-            for row in conn.execute(text(f'SELECT * FROM "{name}" ORDER BY 1')):
-                h.update(repr(tuple(row)).encode())
-    engine.dispose()
-    return h.hexdigest()
+HEAVY_MARKS = ("integration", "models", "contract", "vllm")
+"""What ``make test-unit`` deselects: real engines, Ray, servers, the tiny models' training,
+PostgreSQL, vLLM's own classes."""
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -68,3 +60,65 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "tiny_dir" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.models)
+
+
+class _NoVLLM:
+    """A meta-path finder that makes vLLM look absent (``find_spec`` and ``import`` alike) and
+    notes who asked: the unit selection then runs as on a machine that only replays
+    landscapes, the configuration the code supports without vLLM."""
+
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+
+    def find_spec(self, name: str, path: object = None, target: object = None) -> None:
+        if name == "vllm" or name.startswith("vllm."):
+            self.asked.append(os.environ.get("PYTEST_CURRENT_TEST", "collection").split(" ")[0])
+            raise ModuleNotFoundError(f"No module named {name!r} (the unit selection)")
+        return None
+
+
+_NO_VLLM = _NoVLLM()
+
+
+def _unit_selection(config: pytest.Config) -> bool:
+    """What ``make test-unit`` selects: a mark expression that leaves out ``integration`` and
+    ``vllm`` (and with them every test that starts an engine, a server or Ray)."""
+    expr = str(config.getoption("markexpr", "") or "")
+    return "not integration" in expr and "not vllm" in expr
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """In the unit selection vLLM cannot be imported (collection included); a vLLM imported
+    before this point fails the session (see :func:`pytest_sessionfinish`)."""
+    if _unit_selection(config):
+        config.stash[_VLLM_BEFORE] = "vllm" in sys.modules
+        sys.meta_path.insert(0, _NO_VLLM)
+        real = importlib.util.find_spec
+
+        def find_spec(name: str, package: str | None = None) -> Any:
+            if name == "vllm" or name.startswith("vllm."):
+                return None  # "not installed", as the guard makes it
+            return real(name, package)
+
+        importlib.util.find_spec = find_spec
+
+
+_VLLM_BEFORE = pytest.StashKey[bool]()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """The unit selection imported no vLLM: say which tests ran without it, and fail when vLLM
+    got in anyway (imported before the guard, e.g. by a plugin or a conftest)."""
+    if not _unit_selection(session.config):
+        return
+    asked = sorted(set(_NO_VLLM.asked))
+    if asked:
+        print(
+            f"\nautotune: {len(asked)} tests ran as on a machine without vLLM "
+            "(`make test` runs them with it): "
+            + ", ".join(asked[:10])
+            + (" ..." if asked[10:] else "")
+        )
+    if "vllm" in sys.modules or session.config.stash.get(_VLLM_BEFORE, False):
+        print("\nautotune: vLLM was imported in the unit selection")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -17,9 +17,9 @@ import pytest
 import yaml
 
 from autotune import api
-from autotune.engine.landscape import COLUMNS
 from autotune.errors import StudyBusyError
 from autotune.store import Store
+from autotune.testing.landscapes import write_rows
 
 REPO = Path(__file__).resolve().parents[2]
 N_MAX = 6
@@ -33,17 +33,18 @@ pytestmark = [pytest.mark.contract, pytest.mark.timeout(300)]
 
 def _landscape(path: Path) -> Path:
     """A hand-written landscape (values chosen for these tests, not measured)."""
-    lines = [",".join(COLUMNS)]
-    for n in range(N_MAX + 1):
-        method = "none" if n == 0 else "ngram"
-        per_pos = ";".join(f"{0.7 * 0.9**i:.3f}" for i in range(n))
-        al = "" if n == 0 else f"{1 + sum(0.7 * 0.9**i for i in range(n)):.3f}"
-        for c in LEVELS:
-            for r in range(REPEATS):
-                tput = 100.0 * c * (1 + 0.1 * n - 0.02 * n * n) + r
-                lines.append(f"org/tiny,code,{method},,{n},{c},{r},{tput:.1f},{al},{per_pos},5,1")
-    path.write_text("\n".join(lines) + "\n")
-    return path
+    rows = [
+        (
+            "none" if n == 0 else "ngram",
+            n,
+            c,
+            [100.0 * c * (1 + 0.1 * n - 0.02 * n * n) + r for r in range(REPEATS)],
+            [0.7 * 0.9**i for i in range(n)],
+        )
+        for n in range(N_MAX + 1)
+        for c in LEVELS
+    ]
+    return write_rows(path, rows, engine_start_s=5, measure_s=1)
 
 
 def _study_file(tmp: Path, name: str) -> Path:

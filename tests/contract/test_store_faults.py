@@ -36,8 +36,8 @@ import pytest
 import yaml
 
 from autotune import api
-from autotune.engine.landscape import COLUMNS
 from autotune.store import Store
+from autotune.testing.landscapes import sweep, write
 
 REPO = Path(__file__).resolve().parents[2]
 N_MAX = 4
@@ -49,22 +49,18 @@ pytestmark = [pytest.mark.contract, pytest.mark.timeout(300)]
 
 
 def _landscape(path: Path) -> Path:
-    lines = [",".join(COLUMNS)]
+    points = []
     for n in range(N_MAX + 1):
         method = "none" if n == 0 else "ngram"
-        per_pos = ";".join(f"{0.7 * 0.9**i:.3f}" for i in range(n))
-        al = "" if n == 0 else f"{1 + sum(0.7 * 0.9**i for i in range(n)):.3f}"
+        acceptance = [0.7 * 0.9**i for i in range(n)]
         for w, gain in zip(WORKLOADS, (0.1, 0.03), strict=True):
             for c in LEVELS:
                 base = 100.0 * c * (1 + gain * n - 0.02 * n * n)
                 spread = 0.09 if n % 2 else 0.01  # odd N: repeats 18% apart, re-measured
-                for r in range(3):
-                    tput = base * (1 + spread * (r - 1))
-                    lines.append(
-                        f"org/tiny,{w},{method},,{n},{c},{r},{tput:.2f},{al},{per_pos},5,1"
-                    )
-    path.write_text("\n".join(lines) + "\n")
-    return path
+                tputs = [base * (1 + spread * (r - 1)) for r in range(3)]
+                points += sweep([(method, n, c, tputs, acceptance)], workload=w,
+                                engine_start_s=5, measure_s=1)  # fmt: skip
+    return write(path, points)
 
 
 def _study_file(tmp: Path, name: str, sampler: str = "grid") -> Path:

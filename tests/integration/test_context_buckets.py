@@ -1,11 +1,13 @@
 """The context-length axis on the real vLLM CPU engine (issue #20.2): a tiny study with two
-buckets builds each one from the workload's own text with the target's tokenizer, the engine
+buckets (the session's ``bucket_study``, a goodput study too) builds each one from the
+workload's own text with the target's tokenizer, the engine
 receives exactly the prompt tokens the buckets recorded, and the answer is read per bucket;
 a workload too short for its bucket is refused at create (exit 2, nothing written)."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -13,44 +15,23 @@ import yaml
 from autotune import api
 from autotune.spec.loader import ResolvedStudy
 from autotune.store import Store
-from tests.conftest import file_digest
+from autotune.testing.studies import ngram, store_digest, tiny_real_study, write_study
 
 pytestmark = pytest.mark.integration
 
 LENGTHS = [128, 512]
-"""What fits the tiny model's max_model_len of 1024 with 32 output tokens."""
+"""The session's bucket study's context lengths (tests/integration/conftest.py)."""
 
 
 def _study(tmp_path: Path, **extra: object) -> Path:
-    data = {
-        "name": "ctx",
-        "model": {"name": "tiny"},
-        "workloads": ["code"],
-        "concurrency": [1, 4],
-        "context_lengths": LENGTHS,
-        "methods": [{"method": "ngram", "num_speculative_tokens": {"min": 2, "max": 2}}],
-        "repeats": 1,
-        "measurement": {
-            "max_prompts": 4,
-            "max_tokens": 32,
-            "warmup_requests": 1,
-            "requests_per_concurrency": 2,
-            "timeout_s": 300,
-            "start_timeout_s": 600,
-            "remeasure_noisy": False,
-            "drift_check": False,
-        },
-        **extra,
-    }
-    path = tmp_path / "ctx.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return path
+    data = tiny_real_study("ctx", [ngram(2, 2)], concurrency=(1, 4), context_lengths=LENGTHS)
+    return write_study(tmp_path / "ctx.yaml", {**data, **extra})
 
 
-def test_two_context_buckets_on_the_real_engine(tmp_path: Path):
-    store = Store(str(tmp_path / "ctx.db"))
-    created = api.create_study(store, _study(tmp_path))
-    buckets = created.resolved.context_buckets
+def test_two_context_buckets_on_the_real_engine(bucket_study: Any):
+    """On the session's bucket study (its goodput side: tests/integration/test_goodput_e2e.py)."""
+    store = bucket_study.store
+    buckets = bucket_study.created.resolved.context_buckets
     assert list(buckets) == ["code@ctx128", "code@ctx512"]
     for name, b in buckets.items():
         # Grown from HumanEval's own prompts to about L tokens of the tiny BPE, never past it.
@@ -58,7 +39,7 @@ def test_two_context_buckets_on_the_real_engine(tmp_path: Path):
         assert 0.9 * b.context_length <= b.prompt_tokens_min <= b.prompt_tokens_max
         assert b.prompt_tokens_max <= b.context_length, name
 
-    summary = api.run_study(store, "ctx")
+    summary = bucket_study.summary
     assert summary.trials_run == 2 and summary.trials_failed == 0, summary
     rows = store.measurements(study="ctx")
     assert {r.workload for r in rows} == set(buckets)
@@ -103,12 +84,12 @@ def test_a_workload_too_short_for_its_bucket_is_refused(
     monkeypatch.setenv("AUTOTUNE_WORKLOADS", str(wdir))
     db = tmp_path / "short.db"
     store = Store(str(db))
-    before = file_digest(db)
+    before = store_digest(db)
     from autotune.errors import SpecError
 
     with pytest.raises(SpecError) as err:
         api.create_study(store, _study(tmp_path, workloads=["tiny-text"]))
     assert err.value.field == "context_lengths.0"
     assert "too little text for a 128-token bucket" in err.value.reason
-    assert file_digest(db) == before
+    assert store_digest(db) == before
     assert store.list_studies() == []

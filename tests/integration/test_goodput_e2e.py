@@ -4,66 +4,38 @@ goodput under the study's SLO, and ``recommend`` and ``report`` rank and show go
 
 from __future__ import annotations
 
-import io
 import math
 import statistics
-from pathlib import Path
+from typing import Any
 
 import pytest
-import yaml
 
 from autotune import api
-from autotune.cli.progress import LineReporter
 from autotune.recommend.slo import choose_goodput, measurement_goodput
 from autotune.search.objective import GOODPUT_METRIC, goodput_value
 from autotune.spec.loader import ResolvedStudy
 from autotune.spec.slo import SLO
-from autotune.store import Store
 
 pytestmark = pytest.mark.integration
 
 SLO_TPOT_MS = 50.0
+"""The bucket study's SLO (tests/integration/conftest.py)."""
 
 
-def test_a_goodput_study_on_real_engines(tmp_path: Path) -> None:
+def test_a_goodput_study_on_real_engines(bucket_study: Any) -> None:
+    """On the session's bucket study (a goodput study with two context buckets of ``code``:
+    tests/integration/conftest.py); every bucket is a workload of its own here."""
     import optuna
 
-    data = {
-        "name": "goodput",
-        "model": {"name": "tiny"},
-        "workloads": ["code"],
-        "concurrency": [1, 4],
-        "methods": [{"method": "ngram", "num_speculative_tokens": {"min": 2, "max": 2}}],
-        "repeats": 1,
-        "sampler": "grid",
-        "objective": "goodput",
-        "slo": {"p99_tpot_ms": SLO_TPOT_MS},
-        "measurement": {
-            "max_prompts": 4,
-            "max_tokens": 32,
-            "warmup_requests": 1,
-            "requests_per_concurrency": 2,
-            "timeout_s": 300,
-            "start_timeout_s": 600,
-            # exactly the runs counted below (the protocol's tests cover re-measures and drift)
-            "remeasure_noisy": False,
-            "drift_check": False,
-        },
-    }
-    path = tmp_path / "goodput.yaml"
-    path.write_text(yaml.safe_dump(data))
-    store = Store(str(tmp_path / "goodput.db"))
-    api.create_study(store, path)
-    lines = io.StringIO()
-    summary = api.run_study(store, "goodput", reporter=LineReporter(lines))
+    store, summary = bucket_study.store, bucket_study.summary
     assert summary.trials_run == 2 and summary.trials_failed == 0, summary
     # progress lines give the trial value in the objective's unit
-    done = [line for line in lines.getvalue().splitlines() if "] done " in line]
+    done = [line for line in bucket_study.progress.splitlines() if "] done " in line]
     assert len(done) == 2 and all("good req/s (geometric mean" in line for line in done)
 
-    study = store.get_study("goodput")
+    study = store.get_study("ctx")
     spec = ResolvedStudy.from_json(study.resolved_json).spec
-    rows = store.measurements(study="goodput")
+    rows = store.measurements(study="ctx")
     slo = SLO(p99_tpot_ms=SLO_TPOT_MS)
     for r in rows:
         assert len(r.request_latencies_ms) == r.num_requests
@@ -83,21 +55,24 @@ def test_a_goodput_study_on_real_engines(tmp_path: Path) -> None:
     assert mirrored == pytest.approx(values) and all(v > 0 for v in values)
 
     # recommend ranks each level by median goodput (vLLM's definition), not throughput.
-    for level in (1, 4):
-        rec = api.recommend(store, "tiny", "code", level)
-        expected = choose_goodput(rows, "code", level, slo)
-        assert expected is not None
-        assert rec.choice.best.speculative_config == expected.best.speculative_config
-        per_config: dict[str, list[float]] = {}
-        for r in rows:
-            if r.concurrency == level:
-                g = measurement_goodput(r, slo)
-                assert g is not None
-                per_config.setdefault(str(r.speculative_config), []).append(g)
-        best = statistics.median(per_config[str(rec.choice.best.speculative_config)])
-        assert all(best >= statistics.median(v) * 0.99 for v in per_config.values())
+    workloads = sorted({r.workload for r in rows})
+    assert len(workloads) == 2
+    for workload in workloads:
+        for level in (1, 4):
+            rec = api.recommend(store, "tiny", workload, level)
+            expected = choose_goodput(rows, workload, level, slo)
+            assert expected is not None
+            assert rec.choice.best.speculative_config == expected.best.speculative_config
+            per_config: dict[str, list[float]] = {}
+            for r in rows:
+                if r.concurrency == level and r.workload == workload:
+                    g = measurement_goodput(r, slo)
+                    assert g is not None
+                    per_config.setdefault(str(r.speculative_config), []).append(g)
+            best = statistics.median(per_config[str(rec.choice.best.speculative_config)])
+            assert all(best >= statistics.median(v) * 0.99 for v in per_config.values())
 
     # report shows each level's goodput beside throughput and p99 TPOT.
-    rep = api.report_study(store, "goodput")
+    rep = api.report_study(store, "ctx")
     assert not rep.trade_off.empty
     assert all(not math.isnan(g) and g > 0 for g in rep.trade_off["goodput_req_s"])

@@ -14,11 +14,6 @@ from autotune.engine.serve import bench_argv, requests_file, run_bench
 from autotune.observe.run import observe
 from autotune.spec.loader import ResolvedStudy
 from autotune.verify.run import prepare_study_workload
-from tests.integration._deploy_fixtures import (  # noqa: F401  (session fixtures, used by name)
-    DeployStudy,
-    deploy_study,
-    ngram_server,
-)
 
 pytestmark = pytest.mark.integration
 
@@ -36,8 +31,8 @@ def _server_counters(base_url: str) -> Any:
 
 
 def test_observe_reads_the_servers_own_counters(
-    deploy_study: DeployStudy,  # noqa: F811
-    ngram_server: Any,  # noqa: F811
+    deploy_study: Any,
+    ngram_server: Any,
     tmp_path: Any,
 ) -> None:
     store = deploy_study.store

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -15,10 +16,6 @@ import autotune.verify as verifying
 from autotune import api
 from autotune.cli import cli
 from autotune.cli._common import report_errors
-from tests.integration._deploy_fixtures import (  # noqa: F401  (session fixture, used by name)
-    DeployStudy,
-    deploy_study,
-)
 
 pytestmark = pytest.mark.integration
 
@@ -30,7 +27,7 @@ def _run(db: Path, *args: str) -> tuple[int, str, str]:
 
 
 def test_check_measure_passes_on_the_recommended_config(
-    deploy_study: DeployStudy,  # noqa: F811
+    deploy_study: Any,
 ) -> None:
     rec = api.recommend(deploy_study.store, "tiny", "code")
     deployed = rec.speculative_config or deploy_study.ngram
@@ -52,7 +49,7 @@ def test_check_measure_passes_on_the_recommended_config(
 
 
 def test_check_measure_fails_on_a_config_that_accepts_less(
-    deploy_study: DeployStudy,  # noqa: F811
+    deploy_study: Any,
 ) -> None:
     worse = {**deploy_study.ngram, "prompt_lookup_min": 1, "prompt_lookup_max": 1}
     code, out, err = _run(

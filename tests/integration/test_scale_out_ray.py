@@ -13,7 +13,9 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -60,10 +62,11 @@ def _replay_study(store: Store, name: str, tp: int) -> None:
     api.create_study(store, data=data, source=str(LANDSCAPE))
 
 
-@pytest.mark.parametrize(("gpus", "tp"), [(4, 1), (8, 4), (8, 8)])
+@pytest.mark.parametrize(("gpus", "tp"), [(4, 1), (8, 4)])
 def test_engines_run_in_parallel_on_disjoint_devices(tmp_path: Path, gpus: int, tp: int):
-    """4 logical GPUs run 4 TP = 1 engines at once; 8 run 2 TP = 4 engines, or 1 TP = 8 engine.
-    Engines whose windows overlapped never shared a device, and each held exactly TP devices."""
+    """4 logical GPUs run 4 TP = 1 engines at once; 8 run 2 TP = 4 engines (gpus // tp, the
+    rule a TP = 8 engine on 8 GPUs follows too). Engines whose windows overlapped never shared
+    a device, and each held exactly TP devices."""
     store = Store(str(tmp_path / "s.db"))
     _replay_study(store, "par", tp)
     summary = api.run_study(store, "par", num_gpus=gpus, replay_time_scale=0.002)
@@ -108,29 +111,6 @@ def test_slots_count_whole_engines_per_node():
         cluster.shutdown()
 
 
-def test_actor_exports_its_device_ids(tmp_path: Path):
-    """The engine actor's process sees exactly the ids Ray gave it in CUDA_VISIBLE_DEVICES."""
-    import ray
-
-    from autotune.cluster.ray_pool import EngineActor
-
-    ray.init(address="local", num_gpus=4, include_dashboard=False, log_to_driver=False)
-    try:
-        opts = {"landscape": str(LANDSCAPE)}
-        actors = [
-            ray.remote(EngineActor).options(num_gpus=2, num_cpus=0).remote("replay", opts)
-            for _ in range(2)
-        ]
-        envs = ray.get([a.environment.remote() for a in actors])
-        ids = ray.get([a.__ray_call__.remote(lambda self: self.device_ids) for a in actors])
-    finally:
-        ray.shutdown()
-    assert sorted(ids[0] + ids[1]) == ["0", "1", "2", "3"]
-    for env, got in zip(envs, ids, strict=True):
-        assert env["CUDA_VISIBLE_DEVICES"] == ",".join(got)
-        assert "ROCR_VISIBLE_DEVICES" not in env
-
-
 def test_vllm_keeps_the_mp_executor_we_pass():
     """vLLM's own ParallelConfig keeps an explicit ``mp`` for TP = 2 (its default choice is
     what differs inside a placement group: see the next test)."""
@@ -141,37 +121,71 @@ def test_vllm_keeps_the_mp_executor_we_pass():
     assert pc.distributed_executor_backend == "mp"
 
 
-def test_vllm_picks_ray_in_a_placement_group_and_its_ray_executor_rejects_a_tp_bundle():
-    """Why autotune gives a TP engine its GPUs on the actor and vLLM's mp executor: inside a
-    capturing placement group vLLM 0.32 chooses its Ray executor by itself, and that executor
-    refuses the ``{"GPU": 2}`` bundle such an actor would sit in."""
-    pytest.importorskip("vllm")
+@pytest.fixture(scope="class")
+def four_gpus() -> Iterator[Any]:
+    """A local Ray instance with 4 logical GPUs, for one class of tests."""
     import ray
-    from ray.util.placement_group import placement_group
-    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-
-    @ray.remote
-    def executor_choice() -> str:
-        from vllm.config import ParallelConfig
-
-        return str(ParallelConfig(tensor_parallel_size=2).distributed_executor_backend)
-
-    @ray.remote
-    def ray_executor_check() -> str:
-        import vllm.v1.executor.ray_utils as ray_utils
-        from vllm.config import ParallelConfig
-        from vllm.platforms import current_platform
-
-        # The CPU platform has no Ray device key at all; give it the GPU's, as CUDA has.
-        type(current_platform).ray_device_key = "GPU"
-        try:
-            ray_utils.initialize_ray_cluster(ParallelConfig(tensor_parallel_size=2))
-        except ValueError as exc:
-            return str(exc)
-        return "accepted"
 
     ray.init(address="local", num_gpus=4, include_dashboard=False, log_to_driver=False)
     try:
+        yield ray
+    finally:
+        ray.shutdown()
+
+
+class TestOnFourLogicalGPUs:
+    """Two checks on one local Ray instance with 4 logical GPUs (one Ray start for both)."""
+
+    def test_actor_exports_its_device_ids(self, four_gpus: Any) -> None:
+        """The engine actor's process sees exactly the ids Ray gave it in CUDA_VISIBLE_DEVICES."""
+        from autotune.cluster.ray_pool import EngineActor
+
+        ray = four_gpus
+        opts = {"landscape": str(LANDSCAPE)}
+        actors = [
+            ray.remote(EngineActor).options(num_gpus=2, num_cpus=0).remote("replay", opts)
+            for _ in range(2)
+        ]
+        envs = ray.get([a.environment.remote() for a in actors])
+        ids = ray.get([a.__ray_call__.remote(lambda self: self.device_ids) for a in actors])
+        for actor in actors:
+            ray.kill(actor)
+        assert sorted(ids[0] + ids[1]) == ["0", "1", "2", "3"]
+        for env, got in zip(envs, ids, strict=True):
+            assert env["CUDA_VISIBLE_DEVICES"] == ",".join(got)
+            assert "ROCR_VISIBLE_DEVICES" not in env
+
+    def test_vllm_picks_ray_in_a_placement_group_and_its_ray_executor_rejects_a_tp_bundle(
+        self, four_gpus: Any
+    ) -> None:
+        """Why autotune gives a TP engine its GPUs on the actor and vLLM's mp executor: inside a
+        capturing placement group vLLM 0.32 chooses its Ray executor by itself, and that executor
+        refuses the ``{"GPU": 2}`` bundle such an actor would sit in."""
+        pytest.importorskip("vllm")
+        ray = four_gpus
+        from ray.util.placement_group import placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        @ray.remote
+        def executor_choice() -> str:
+            from vllm.config import ParallelConfig
+
+            return str(ParallelConfig(tensor_parallel_size=2).distributed_executor_backend)
+
+        @ray.remote
+        def ray_executor_check() -> str:
+            import vllm.v1.executor.ray_utils as ray_utils
+            from vllm.config import ParallelConfig
+            from vllm.platforms import current_platform
+
+            # The CPU platform has no Ray device key at all; give it the GPU's, as CUDA has.
+            type(current_platform).ray_device_key = "GPU"
+            try:
+                ray_utils.initialize_ray_cluster(ParallelConfig(tensor_parallel_size=2))
+            except ValueError as exc:
+                return str(exc)
+            return "accepted"
+
         pg = placement_group([{"GPU": 2, "CPU": 0.01}], strategy="STRICT_PACK")
         ray.get(pg.ready())
         in_pg = PlacementGroupSchedulingStrategy(
@@ -184,11 +198,9 @@ def test_vllm_picks_ray_in_a_placement_group_and_its_ray_executor_rejects_a_tp_b
         rejected = ray.get(
             ray_executor_check.options(scheduling_strategy=in_pg, num_gpus=2, num_cpus=0).remote()
         )
-    finally:
-        ray.shutdown()
-    assert inside == "ray"
-    assert plain == "mp"
-    assert rejected == "Placement group bundle cannot have more than 1 GPU."
+        assert inside == "ray"
+        assert plain == "mp"
+        assert rejected == "Placement group bundle cannot have more than 1 GPU."
 
 
 def test_two_nodes_and_one_node_killed_mid_study(tmp_path: Path):

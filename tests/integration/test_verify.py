@@ -10,27 +10,24 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import autotune.verify as verifying
 from autotune import api
 from autotune.store import Store
+from autotune.testing.studies import tiny_real_study, write_study
 from autotune.verify.compare import Verification
-from tests.integration.test_study_e2e import _study  # the same tiny real study
 
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_verify_serves_the_recommendation(tmp_path: Path) -> None:
-    db = tmp_path / "verify.db"
-    ngram = {"method": "ngram", "num_speculative_tokens": {"min": 2, "max": 2}}
-    path = _study(tmp_path, "verify", [ngram])
-    store = Store(str(db))
-    api.create_study(store, path)
-    api.run_study(store, "verify")
+def test_verify_serves_the_recommendation(deploy_study: Any, tmp_path: Path) -> None:
+    """On the session's deploy study (baseline + n-gram N=2 at concurrency 1 and 2)."""
+    db, store = deploy_study.db, deploy_study.store
     env = {**os.environ, "AUTOTUNE_DB": str(db)}
     cmd = [sys.executable, "-m", "autotune.cli", "verify", "--model", "tiny", "--workload",
            "code", "--workdir", str(tmp_path / "work")]  # fmt: skip
@@ -48,7 +45,7 @@ def test_verify_serves_the_recommendation(tmp_path: Path) -> None:
     print(err[-4000:], file=sys.stderr)
     assert proc.returncode in (0, 1), err[-2000:]
     assert "server tok/s" in out and "concurrency" in out
-    stored = verifying.verifications(store, store.get_study("verify"), "code")
+    stored = verifying.verifications(store, store.get_study("deploy"), "code")
     assert len(stored) == 1
     _, v = stored[0]
     assert isinstance(v, Verification)
@@ -73,27 +70,24 @@ def test_verify_serves_the_recommendation(tmp_path: Path) -> None:
 def test_study_measured_through_vllm_serve(tmp_path: Path) -> None:
     """`engine: {kind: vllm, client: server}`: every cell is `vllm bench serve` against `vllm
     serve`, so the study's numbers are the ones vLLM's benchmark prints; acceptance comes from
-    the server's /metrics and matches the counters' arithmetic."""
-    import yaml
-
+    the server's /metrics and matches the counters' arithmetic. One drafting config, no
+    baseline: one server start (the baseline served and measured by `vllm bench serve` is
+    `verify`'s reference above; the backend's counters: test_engine_contract's vllm-serve)."""
     ngram = {"method": "ngram", "num_speculative_tokens": {"min": 2, "max": 2}}
-    path = _study(tmp_path, "served", [ngram], concurrency=(2,))
-    data = yaml.safe_load(path.read_text())
+    data = tiny_real_study("served", [ngram], concurrency=(2,), baseline=False)
     data["engine"] = {"kind": "vllm", "client": "server"}
-    path.write_text(yaml.safe_dump(data))
+    path = write_study(tmp_path / "served.yaml", data)
     store = Store(str(tmp_path / "served.db"))
     api.create_study(store, path)
     summary = api.run_study(store, "served")
     assert summary.trials_failed == 0, summary.failures
     rows = store.measurements(study="served")
-    assert len(rows) == 2  # baseline and ngram N=2, concurrency 2, one repeat
-    for row in rows:
-        assert row.output_throughput_tok_s > 0 and row.num_requests == 4
-        assert row.num_output_tokens == 4 * 32  # --ignore-eos, the study's output length
-        assert row.p99_ttft_ms and row.median_tpot_ms and row.p99_itl_ms
-    drafted = next(r for r in rows if r.speculative_config)
+    assert len(rows) == 1  # ngram N=2, concurrency 2, one repeat
+    (drafted,) = rows
+    assert drafted.output_throughput_tok_s > 0 and drafted.num_requests == 4
+    assert drafted.num_output_tokens == 4 * 32  # --ignore-eos, the study's output length
+    assert drafted.p99_ttft_ms and drafted.median_tpot_ms and drafted.p99_itl_ms
+    assert drafted.speculative_config
     assert drafted.num_drafts > 0 and 0 < drafted.num_accepted_tokens <= drafted.num_draft_tokens
     assert len(drafted.accepted_per_pos) == 2
     assert sum(drafted.accepted_per_pos) == drafted.num_accepted_tokens
-    baseline = next(r for r in rows if not r.speculative_config)
-    assert baseline.num_drafts == 0

@@ -1,8 +1,9 @@
 """The vLLM backend against known answers on the real (CPU) engine, plus its pure helpers.
 
-Engine starts are the cost here (tens of seconds each on 2 cores), so each test starts at most
-one engine and checks everything it can on it. Until autotune.testing ships tiny models, the
-target is a random Llama built by the ``tiny_llama`` fixture.
+Engine starts are the cost here (tens of seconds each on 2 cores): the baseline runs on the
+session's shared engine (``vllm_engine``, tests/integration/conftest.py), and each drafting test
+starts one engine and checks everything it can on it. The target is a random Llama built by the
+``tiny_llama`` fixture.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from autotune.engine._base import EngineConfig, MeasureSettings, PreparedWorkload, Prompt
+from autotune.engine._base import EngineConfig, MeasureSettings
 from autotune.engine.vllm import (
     CPU_KV_CACHE_BYTES,
     VLLMEngine,
@@ -25,81 +26,11 @@ from autotune.engine.vllm import (
     one_line_reason,
 )
 from autotune.errors import EngineError
+from autotune.testing.workloads import code_prompts, prepared
 
 needs_vllm = pytest.mark.skipif(
     importlib.util.find_spec("vllm") is None, reason="vllm is not installed"
 )
-
-CHAT_TEMPLATE = (
-    "{% for message in messages %}<s>{{ message['role'] }}: {{ message['content'] }}</s>"
-    "{% endfor %}{% if add_generation_prompt %}<s>assistant: {% endif %}"
-)
-
-
-def _build_llama(out: Path, vocab_size: int) -> Path:
-    """A random Llama with a byte-level BPE trained on Python's json package (no downloads)."""
-    import torch
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
-
-    out.mkdir(parents=True, exist_ok=True)
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        special_tokens=["<s>", "</s>", "<unk>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tok.train(sorted(str(p) for p in Path(json.__file__).parent.glob("*.py")), trainer)
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>"
-    )
-    fast.chat_template = CHAT_TEMPLATE
-    fast.save_pretrained(out)
-    config = LlamaConfig(
-        vocab_size=vocab_size,
-        hidden_size=256,
-        intermediate_size=512,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=4,
-        max_position_embeddings=2048,
-        bos_token_id=0,
-        eos_token_id=1,
-    )
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(config)
-    model.to(torch.bfloat16)  # type: ignore[arg-type]  # transformers' typing of .to is off
-    model.save_pretrained(out)
-    return out
-
-
-@pytest.fixture(scope="session")
-def tiny_llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return _build_llama(tmp_path_factory.mktemp("models") / "tiny-llama", vocab_size=1024)
-
-
-@pytest.fixture(scope="session")
-def tiny_llama_other_vocab(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return _build_llama(tmp_path_factory.mktemp("models") / "tiny-llama-512", vocab_size=512)
-
-
-def _workload(
-    name: str, texts: list[str], max_tokens: int, chat_template: bool
-) -> PreparedWorkload:
-    return PreparedWorkload(
-        name=name,
-        digest=f"{name}-{max_tokens}-{chat_template}",
-        prompts=[Prompt(text, max_tokens) for text in texts],
-        chat_template=chat_template,
-    )
-
-
-def _code_prompts(n: int) -> list[str]:
-    source = (Path(json.__file__).parent / "decoder.py").read_text()
-    return [source[i * 97 : i * 97 + 300] for i in range(n)]
 
 
 @contextmanager
@@ -136,44 +67,44 @@ def _prompt_tokens(model: Path, texts: list[str], chat_template: bool) -> int:
 
 @pytest.mark.integration
 @needs_vllm
-def test_baseline_has_no_spec_counters(tiny_llama: Path) -> None:
-    texts = _code_prompts(6)
-    workload = _workload("code", texts, max_tokens=24, chat_template=True)
-    with _started(EngineConfig(model=str(tiny_llama))) as engine:
-        engine.warmup(workload, 2)
-        m = engine.measure(workload, concurrency=3, repeat=1, settings=MeasureSettings(2))
+def test_baseline_has_no_spec_counters(tiny_llama: Path, vllm_engine: Any) -> None:
+    texts = code_prompts(6)
+    workload = prepared("code", texts, max_tokens=24, chat_template=True)
+    engine = vllm_engine.engine
+    engine.warmup(workload, 2)
+    m = engine.measure(workload, concurrency=3, repeat=1, settings=MeasureSettings(2))
 
-        assert m.num_requests == 6  # max(6 prompts, 2 per concurrency * 3)
-        assert m.max_inflight == 3
-        assert m.num_output_tokens == 6 * 24  # ignore_eos: every request runs to max_tokens
-        assert m.seed == 1
-        # The chat template was applied, exactly once per prompt.
-        assert m.num_prompt_tokens == _prompt_tokens(tiny_llama, texts, chat_template=True)
-        assert (m.num_drafts, m.num_draft_tokens, m.num_accepted_tokens) == (0, 0, 0)
-        assert m.accepted_per_pos == ()
-        assert m.mean_acceptance_length is None
-        assert m.output_throughput_tok_s == pytest.approx(m.num_output_tokens / m.measure_s)
-        for p50, p99 in [
-            (m.median_ttft_ms, m.p99_ttft_ms),
-            (m.median_tpot_ms, m.p99_tpot_ms),
-            (m.median_itl_ms, m.p99_itl_ms),
-        ]:
-            assert p50 is not None and p99 is not None and 0 < p50 <= p99
-        # Per request (TTFT, TPOT), kept so goodput can be recomputed: they are the very
-        # values the run's percentiles were taken over.
-        assert len(m.request_latencies_ms) == m.num_requests
-        ttfts = [t for t, _ in m.request_latencies_ms if t is not None]
-        tpots = [t for _, t in m.request_latencies_ms if t is not None]
-        assert m.p99_ttft_ms == pytest.approx(float(np.percentile(ttfts, 99)))
-        assert m.p99_tpot_ms == pytest.approx(float(np.percentile(tpots, 99)))
+    assert m.num_requests == 6  # max(6 prompts, 2 per concurrency * 3)
+    assert m.max_inflight == 3
+    assert m.num_output_tokens == 6 * 24  # ignore_eos: every request runs to max_tokens
+    assert m.seed == 1
+    # The chat template was applied, exactly once per prompt.
+    assert m.num_prompt_tokens == _prompt_tokens(tiny_llama, texts, chat_template=True)
+    assert (m.num_drafts, m.num_draft_tokens, m.num_accepted_tokens) == (0, 0, 0)
+    assert m.accepted_per_pos == ()
+    assert m.mean_acceptance_length is None
+    assert m.output_throughput_tok_s == pytest.approx(m.num_output_tokens / m.measure_s)
+    for p50, p99 in [
+        (m.median_ttft_ms, m.p99_ttft_ms),
+        (m.median_tpot_ms, m.p99_tpot_ms),
+        (m.median_itl_ms, m.p99_itl_ms),
+    ]:
+        assert p50 is not None and p99 is not None and 0 < p50 <= p99
+    # Per request (TTFT, TPOT), kept so goodput can be recomputed: they are the very
+    # values the run's percentiles were taken over.
+    assert len(m.request_latencies_ms) == m.num_requests
+    ttfts = [t for t, _ in m.request_latencies_ms if t is not None]
+    tpots = [t for _, t in m.request_latencies_ms if t is not None]
+    assert m.p99_ttft_ms == pytest.approx(float(np.percentile(ttfts, 99)))
+    assert m.p99_tpot_ms == pytest.approx(float(np.percentile(tpots, 99)))
 
-        # A run that cannot finish in time is an EngineError; the engine stays usable.
-        long = _workload("long", texts, max_tokens=1000, chat_template=True)
-        with pytest.raises(EngineError, match="did not finish within"):
-            engine.measure(long, concurrency=2, repeat=0, settings=MeasureSettings(timeout_s=0.5))
-        again = engine.measure(workload, concurrency=1, repeat=0, settings=MeasureSettings(1))
-        assert again.max_inflight == 1
-        assert again.num_output_tokens == 6 * 24
+    # A run that cannot finish in time is an EngineError; the engine stays usable.
+    long = prepared("long", texts, max_tokens=1000, chat_template=True)
+    with pytest.raises(EngineError, match="did not finish within"):
+        engine.measure(long, concurrency=2, repeat=0, settings=MeasureSettings(timeout_s=0.5))
+    again = engine.measure(workload, concurrency=1, repeat=0, settings=MeasureSettings(1))
+    assert again.max_inflight == 1
+    assert again.num_output_tokens == 6 * 24
 
 
 @pytest.mark.integration
@@ -183,7 +114,7 @@ def test_draft_model_drafting_with_the_target_itself_is_accepted(tiny_llama: Pat
     config = EngineConfig(
         model=str(tiny_llama), method="draft_model", num_speculative_tokens=n, draft=str(tiny_llama)
     )
-    workload = _workload("code", _code_prompts(4), max_tokens=48, chat_template=False)
+    workload = prepared("code", code_prompts(4), max_tokens=48, chat_template=False)
     with _started(config) as engine:
         m = engine.measure(workload, concurrency=2, repeat=0, settings=MeasureSettings(2))
 
@@ -208,7 +139,7 @@ def test_ngram_finds_a_prompt_that_repeats_itself(tiny_llama: Path) -> None:
         method_params={"prompt_lookup_min": 2, "prompt_lookup_max": 4},
     )
     texts = ["for key, value in items: total += value; " * 12, "abc = abc + 1\n" * 20]
-    workload = _workload("repeat", texts, max_tokens=48, chat_template=False)
+    workload = prepared("repeat", texts, max_tokens=48, chat_template=False)
     with _started(config) as engine:
         m = engine.measure(workload, concurrency=2, repeat=0, settings=MeasureSettings(2))
 
@@ -363,7 +294,7 @@ def test_one_line_reason_of_a_pydantic_error() -> None:
 @pytest.mark.integration
 @needs_vllm
 def test_a_conversation_log_is_replayed_with_its_history_and_the_guard_reads_the_outputs(
-    tiny_llama: Path, tmp_path: Path
+    tiny_llama: Path, vllm_engine: Any, tmp_path: Path
 ) -> None:
     """A ShareGPT-style log replayed turn by turn on the real engine: every request is sent as
     the target's chat template renders its whole history (as ``vllm serve`` renders a chat
@@ -402,24 +333,42 @@ def test_a_conversation_log_is_replayed_with_its_history_and_the_guard_reads_the
         )
         for p in workload.prompts
     )
-    with _started(EngineConfig(model=str(tiny_llama))) as engine:
-        m = engine.measure(workload, concurrency=1, repeat=0, settings=MeasureSettings(1))
-        assert m.num_requests == 3
-        assert m.num_prompt_tokens == expected  # the whole history, templated once each
-        assert m.num_output_tokens == 33 + 16 + 14
-        assert m.loop_share is not None and m.distinct_4gram_ratio is not None
+    engine = vllm_engine.engine
+    m = engine.measure(workload, concurrency=1, repeat=0, settings=MeasureSettings(1))
+    assert m.num_requests == 3
+    assert m.num_prompt_tokens == expected  # the whole history, templated once each
+    assert m.num_output_tokens == 33 + 16 + 14
+    assert m.loop_share is not None and m.distinct_4gram_ratio is not None
 
-        # Long greedy replies of the random-weight target: the guard's figures are those of
-        # the output token ids themselves, and most replies end in a loop.
-        texts = _code_prompts(4)
-        long = _workload("long", texts, max_tokens=96, chat_template=True)
-        run = engine._run_sync(long, 2, 4, 0, 300)
-        ids = [(t.token_ids, t.max_tokens) for t in run.timings]
-        assert [len(i) for i, _ in ids] == [96] * 4
-        guard = degeneracy(ids)
-        loops = sum(loop_period(i) is not None for i, _ in ids)
-        assert guard.loop_share == loops / 4
-        degenerate = engine.measure(long, concurrency=2, repeat=0, settings=MeasureSettings(2))
-        assert degenerate.loop_share is not None
-        assert degenerate.loop_share > LOOP_SHARE_LIMIT and degenerate.degenerate
-        assert degenerate.loop_at_max_tokens_share == degenerate.loop_share  # ignore_eos
+    # Long greedy replies of the random-weight target: the guard's figures are those of
+    # the output token ids themselves, and most replies end in a loop.
+    texts = code_prompts(4)
+    long = prepared("long", texts, max_tokens=96, chat_template=True)
+    run = engine._run_sync(long, 2, 4, 0, 300)
+    ids = [(t.token_ids, t.max_tokens) for t in run.timings]
+    assert [len(i) for i, _ in ids] == [96] * 4
+    guard = degeneracy(ids)
+    loops = sum(loop_period(i) is not None for i, _ in ids)
+    assert guard.loop_share == loops / 4
+    degenerate = engine.measure(long, concurrency=2, repeat=0, settings=MeasureSettings(2))
+    assert degenerate.loop_share is not None
+    assert degenerate.loop_share > LOOP_SHARE_LIMIT and degenerate.degenerate
+    assert degenerate.loop_at_max_tokens_share == degenerate.loop_share  # ignore_eos
+
+
+@pytest.mark.integration
+@needs_vllm
+def test_min_measure_s_keeps_the_loop_busy(vllm_engine: Any) -> None:
+    """``measurement.min_measure_s``: the closed loop keeps issuing requests, cycling the
+    prompts, until the time has passed, and the measurement counts what ran."""
+    workload = prepared("code", code_prompts(2), max_tokens=16, chat_template=False)
+    engine = vllm_engine.engine
+    plain = engine.measure(workload, 2, 0, MeasureSettings(1))
+    timed = engine.measure(workload, 2, 1, MeasureSettings(1, min_measure_s=3.0))
+    assert plain.num_requests == 2 and plain.num_output_tokens == 2 * 16
+    assert timed.measure_s >= 3.0
+    # Every request it sent ran to its 16 tokens (EOS ignored), and all of them are counted.
+    assert timed.num_requests > 2
+    assert timed.num_output_tokens == 16 * timed.num_requests
+    assert timed.output_throughput_tok_s == pytest.approx(timed.num_output_tokens / timed.measure_s)
+    assert timed.max_inflight == 2

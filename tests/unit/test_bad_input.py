@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 
 from autotune.engine.landscape import COLUMNS
-from tests.conftest import file_digest
+from autotune.testing.studies import store_digest
+
+REPO = Path(__file__).resolve().parents[2]
 
 GOOD = """\
 name: t1
@@ -141,7 +143,7 @@ def _assert_rejected(result, source: str, message: str, field: str | None) -> No
 def seeded(autotune, db_path: Path) -> str | None:
     """A store holding one study, and its digest."""
     assert autotune("study", "create", "--model", "tiny", "--workload", "math").exit_code == 0
-    return file_digest(db_path)
+    return store_digest(db_path)
 
 
 @pytest.mark.parametrize("case", sorted(STUDY_CASES))
@@ -150,7 +152,7 @@ def test_bad_study_file(case: str, tmp_path: Path, db_path: Path, autotune, seed
     path = _write(tmp_path, content)
     result = autotune("study", "create", str(path))
     _assert_rejected(result, path.name, message, field)
-    assert file_digest(db_path) == seeded
+    assert store_digest(db_path) == seeded
 
 
 def test_alias_bomb_is_refused_before_expansion(tmp_path: Path, autotune, seeded, db_path):
@@ -159,7 +161,7 @@ def test_alias_bomb_is_refused_before_expansion(tmp_path: Path, autotune, seeded
     assert len(text) < 1500
     result = autotune("study", "create", str(_write(tmp_path, text)))
     assert result.exit_code == 2 and "aliases" in result.stderr
-    assert file_digest(db_path) == seeded
+    assert store_digest(db_path) == seeded
 
 
 LANDSCAPE_CASES: dict[str, tuple[str | bytes, str]] = {
@@ -188,7 +190,7 @@ def test_bad_landscape_is_refused_at_create(case: str, tmp_path: Path, db_path, 
     land = _write(tmp_path, content, "land.csv")
     result = autotune("study", "create", str(_write(tmp_path, _replay(str(land)))))
     _assert_rejected(result, "land.csv", message, None)
-    assert file_digest(db_path) == seeded
+    assert store_digest(db_path) == seeded
 
 
 WORKLOAD_CASES: dict[str, tuple[str | bytes, str, str | None]] = {
@@ -219,7 +221,7 @@ def test_bad_workload_file(case: str, tmp_path: Path, db_path, autotune, seeded)
     study = _write(tmp_path, GOOD.replace("[code]", f"[{wl}]"))
     result = autotune("study", "create", str(study))
     _assert_rejected(result, "wl.yaml", message, field)
-    assert file_digest(db_path) == seeded
+    assert store_digest(db_path) == seeded
 
 
 def test_empty_db_url(autotune):
@@ -249,8 +251,6 @@ def test_corrupted_store_says_so(damage: str, tmp_path: Path):
     """Separate processes, as in use: a store damaged between two commands."""
     import subprocess
     import sys
-
-    from tests.conftest import REPO
 
     db = tmp_path / "store.db"
 
@@ -304,6 +304,7 @@ def test_trust_remote_code_needs_consent(tmp_path: Path):
     )
 
 
+@pytest.mark.vllm
 def test_false_engine_args_are_valid_vllm_fields(tmp_path: Path):
     """False/zero values are kept; names are checked against the installed vLLM's EngineArgs."""
     from autotune.errors import SpecError
@@ -322,11 +323,12 @@ def test_false_engine_args_are_valid_vllm_fields(tmp_path: Path):
 def test_recommendations_are_replaced_on_rerun(tmp_path: Path):
     from autotune import api
     from autotune.store import Store
-    from tests.unit.test_tuner import study_data, write_landscape
+    from autotune.testing.landscapes import write_rows
+    from autotune.testing.studies import replay_study
 
     store = Store(str(tmp_path / "r.db"))
-    land = write_landscape(tmp_path / "l.csv")
-    api.create_study(store, data=study_data(land), source=str(land))
+    land = write_rows(tmp_path / "l.csv")
+    api.create_study(store, data=replay_study(land), source=str(land))
     api.run_study(store, "replayed")
     record = store.get_study("replayed")
     first = store.recommendations(record)
@@ -353,14 +355,15 @@ def test_recommendations_are_replaced_on_rerun(tmp_path: Path):
 def test_unwritable_output_paths(args, tmp_path: Path, db_path: Path, autotune):
     from autotune import api
     from autotune.store import Store
-    from tests.unit.test_tuner import study_data, write_landscape
+    from autotune.testing.landscapes import write_rows
+    from autotune.testing.studies import replay_study
 
     store = Store(str(db_path))
-    land = write_landscape(tmp_path / "l.csv")
-    api.create_study(store, data=study_data(land), source=str(land))
+    land = write_rows(tmp_path / "l.csv")
+    api.create_study(store, data=replay_study(land), source=str(land))
     api.run_study(store, "replayed")
     store.dispose()
-    before = file_digest(db_path)
+    before = store_digest(db_path)
     result = autotune(*args)
     _assert_rejected(result, "/proc/nope", "No such file or directory", None)
-    assert file_digest(db_path) == before
+    assert store_digest(db_path) == before

@@ -22,8 +22,9 @@ from autotune.bench.search import (
     time_to_target,
 )
 from autotune.cli.bench import bench
-from autotune.engine.landscape import COLUMNS, read_landscape
+from autotune.engine.landscape import read_landscape
 from autotune.store import Store
+from autotune.testing.landscapes import write_rows
 
 REPO = Path(__file__).resolve().parents[2]
 LANDSCAPES = REPO / "bench" / "landscapes"
@@ -40,15 +41,7 @@ ROWS = [
 
 
 def write(path: Path) -> Path:
-    lines = ["# a hand-written test landscape", ",".join(COLUMNS)]
-    for method, n, c, tputs, per_pos, start, measure in ROWS:
-        al = "" if not per_pos else f"{1 + sum(float(x) for x in per_pos.split(';')):.3f}"
-        for r, t in enumerate(tputs):
-            lines.append(
-                f"org/tiny,code,{method},,{n},{c},{r},{t},{al},{per_pos},{start},{measure}"
-            )
-    path.write_text("\n".join(lines) + "\n")
-    return path
+    return write_rows(path, ROWS)
 
 
 def test_truth_and_grid_cost_by_hand(tmp_path: Path):

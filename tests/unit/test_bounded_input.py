@@ -24,7 +24,9 @@ import pytest
 from click.testing import CliRunner
 
 from autotune.engine.landscape import COLUMNS
-from tests.conftest import REPO, file_digest
+from autotune.testing.studies import store_digest
+
+REPO = Path(__file__).resolve().parents[2]
 
 CASE_TIMEOUT_S = 30.0
 """A case still running after this long is a hang (the slowest legitimate one takes ~1 s)."""
@@ -456,7 +458,7 @@ def test_bounded_case(name: str, seeded_store: Path, memory_cap: None, monkeypat
         for argv in case.before:
             code, err = _cli(["--db", str(db), *[a.replace("{work}", str(work)) for a in argv]])
             assert code == 0, err
-        before = file_digest(db)
+        before = store_digest(db)
         argv = ["--db", str(db), *[a.replace("{work}", str(work)) for a in case.argv]]
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         STATS["cases"] += 1
@@ -487,9 +489,9 @@ def test_bounded_case(name: str, seeded_store: Path, memory_cap: None, monkeypat
         assert all(len(line) <= MAX_LINE_CHARS for line in lines), [len(x) for x in lines]
         assert case.expect in err, err
         if not case.writes:
-            if file_digest(db) != before:
+            if store_digest(db) != before:
                 STATS["writes on rejected input"] += 1
-            assert file_digest(db) == before
+            assert store_digest(db) == before
         assert not (work / "nodir").exists()
         STATS["refused as expected"] += 1
     finally:
@@ -512,6 +514,7 @@ def test_good_config_passes_the_checks() -> None:
         parse_config_text(text, "t")
 
 
+@pytest.mark.vllm  # reads vLLM's own code
 def test_safe_env_passes_without_consent() -> None:
     from autotune.engine.vllm_checks import vllm_env_names
     from autotune.spec.loader import check_env, safe_env

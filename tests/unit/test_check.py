@@ -14,64 +14,23 @@ from autotune.cli import cli
 from autotune.cli._common import Context, report_errors
 from autotune.cli.check import check as check_command
 from autotune.engine import EngineConfig, EngineInfo, Measurement
-from autotune.engine.landscape import COLUMNS
 from autotune.errors import SpecError
 from autotune.recommend import check as gate
 from autotune.recommend.choose import choose
 from autotune.store import Store
+from autotune.testing.landscapes import write_gate
+from autotune.testing.studies import GATE_STUDY, gate_study
 
-# Every repeat records the same throughput, so medians are exact and MAD is 0: the tolerance
-# boundaries below are hand-computed from these numbers.
-TOK_S = {
-    # concurrency 1: eagle3 N=3 scores highest, N=2 is within the 1% tie margin (recommended:
-    # smaller N), N=4 is 0.6% below N=2; ngram trails.
-    1: {("none", 0): 100.0, ("ngram", 1): 150.0, ("ngram", 2): 170.0, ("ngram", 3): 180.0,
-        ("eagle3", 1): 160.0, ("eagle3", 2): 199.0, ("eagle3", 3): 200.0, ("eagle3", 4): 197.8},
-    # concurrency 8: nothing beats running without speculation.
-    8: {("none", 0): 600.0, ("ngram", 1): 560.0, ("ngram", 2): 540.0, ("ngram", 3): 520.0,
-        ("eagle3", 1): 585.0, ("eagle3", 2): 580.0, ("eagle3", 3): 550.0, ("eagle3", 4): 500.0},
-}  # fmt: skip
-ACCEPTANCE = {"ngram": (0.6, 0.4, 0.3), "eagle3": (0.8, 0.6, 0.5, 0.4)}
-STUDY = "gate"
-
-
-def write_landscape(path: Path) -> Path:
-    lines = [",".join(COLUMNS)]
-    for c, points in TOK_S.items():
-        for (method, n), tput in points.items():
-            draft = "tiny:eagle3" if method == "eagle3" else ""
-            acc = ACCEPTANCE.get(method, ())[:n]
-            al = f"{1 + sum(acc):.4f}" if n else ""
-            per_pos = ";".join(map(str, acc))
-            for r in range(3):
-                lines.append(f"tiny,code,{method},{draft},{n},{c},{r},{tput},{al},{per_pos},20,3")
-    path.write_text("\n".join(lines) + "\n")
-    return path
-
-
-def study_data(landscape: Path, name: str = STUDY) -> dict:
-    return {
-        "name": name,
-        "model": {"name": "tiny"},
-        "workloads": ["code"],
-        "concurrency": [1, 8],
-        "methods": [
-            {"method": "ngram", "num_speculative_tokens": {"min": 1, "max": 3}},
-            {"method": "eagle3", "num_speculative_tokens": {"min": 1, "max": 4}},
-        ],
-        "repeats": 3,
-        "sampler": "grid",
-        "engine": {"kind": "replay", "landscape": str(landscape)},
-    }
+STUDY = GATE_STUDY
 
 
 @pytest.fixture(scope="module")
 def filled(tmp_path_factory: pytest.TempPathFactory) -> tuple[Store, Path]:
     tmp = tmp_path_factory.mktemp("check")
-    land = write_landscape(tmp / "landscape.csv")
+    land = write_gate(tmp / "landscape.csv")
     db = tmp / "autotune.db"
     store = Store(str(db))
-    api.create_study(store, data=study_data(land), source=str(land))
+    api.create_study(store, data=gate_study(land), source=str(land))
     api.run_study(store, STUDY)
     return store, db
 
@@ -211,7 +170,7 @@ def test_bad_input_exits_2(filled, run_check, tmp_path: Path):
 
 def _measured_on(store: Store, landscape: Path, version: str) -> None:
     """A study whose measurements an engine reporting vLLM ``version`` recorded."""
-    api.create_study(store, data=study_data(landscape, name="real"), source=str(landscape))
+    api.create_study(store, data=gate_study(landscape, name="real"), source=str(landscape))
     record = store.get_study("real")
     info = EngineInfo(30.0, version, "test-gpu", "sm_90", "cuda")
     for method, n, draft, tput in (("none", 0, None, 100.0), ("ngram", 2, None, 140.0)):
@@ -239,7 +198,7 @@ def _measured_on(store: Store, landscape: Path, version: str) -> None:
 def test_stale_study_fails(tmp_path: Path, run_check):
     db = tmp_path / "real.db"
     store = Store(str(db))
-    _measured_on(store, write_landscape(tmp_path / "l.csv"), "0.31.0")
+    _measured_on(store, write_gate(tmp_path / "l.csv"), "0.31.0")
     deployed = {"method": "ngram", "num_speculative_tokens": 2}
     deployed |= {"prompt_lookup_max": 4, "prompt_lookup_min": 2}
     code, out, err = run_check(db, deployed, installed="0.32.0")
@@ -299,6 +258,7 @@ def test_check_on_a_choice(filled):
     assert ok.ok and ok.exit_code == 0
 
 
+@pytest.mark.vllm
 def test_vllm_defaults_read_from_source_match_speculative_config():
     """check normalizes with SpeculativeConfig's defaults read from vLLM's source, not by
     importing vLLM; every default it reads is the one vLLM's own class declares."""

@@ -78,18 +78,18 @@ def test_measurement_degenerate_flag() -> None:
 
 
 def _load_looping(store, tmp_path, loops: dict[int, float]) -> None:
-    """The CLEAR study of test_low_confidence, each measurement with the level's loop share."""
+    """The NGRAM1_CLEAR study of test_low_confidence, each measurement with the level's loop share."""
     from collections import defaultdict
 
     from autotune import api
     from autotune.engine import EngineConfig, EngineInfo
-    from tests.unit.test_low_confidence import CLEAR
-    from tests.unit.test_tuner import study_data, write_landscape
+    from autotune.testing.landscapes import NGRAM1_CLEAR, write_rows
+    from autotune.testing.studies import replay_study
 
-    land = write_landscape(tmp_path / "loops.csv", CLEAR)
-    record = api.create_study(store, data=study_data(land, name="loops")).study
+    land = write_rows(tmp_path / "loops.csv", NGRAM1_CLEAR)
+    record = api.create_study(store, data=replay_study(land, name="loops")).study
     by_config = defaultdict(list)
-    for method, n, c, tputs, _ in CLEAR:
+    for method, n, c, tputs, _ in NGRAM1_CLEAR:
         by_config[(method, n)].append((c, tputs))
     info = EngineInfo(10.0, "replay:" + land.name, "hand-written", "replay", "replay")
     for (method, n), cells in by_config.items():

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from autotune.engine.landscape import COLUMNS
-from tests.conftest import file_digest
+from autotune.testing.studies import store_digest
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -176,7 +176,7 @@ def _attempt(seed_db: Path, argv_tail: list[str], files: dict[str, str | bytes])
                 target.write_bytes(content)
             else:
                 target.write_text(content)
-        before = file_digest(db)
+        before = store_digest(db)
         argv = ["--db", str(db), *[a.replace("{work}", str(work)) for a in argv_tail]]
         code, err = _cli(argv)
         STATS["cases"] += 1
@@ -190,9 +190,9 @@ def _attempt(seed_db: Path, argv_tail: list[str], files: dict[str, str | bytes])
                 lines = err.strip().splitlines()
                 assert lines and all(line.strip() for line in lines), err
                 assert len(lines) == 1 or lines[0].startswith("autotune: error: "), err
-            if file_digest(db) != before:
+            if store_digest(db) != before:
                 STATS["writes on rejected input"] += 1
-            assert file_digest(db) == before, (argv, err)
+            assert store_digest(db) == before, (argv, err)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

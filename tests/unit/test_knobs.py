@@ -21,7 +21,7 @@ from autotune.spec.knobs import check_params, cpu_warnings, knob_params, variant
 from autotune.spec.loader import resolve_study, validate
 from autotune.spec.study import StudySpec
 from autotune.store import Store
-from tests.conftest import file_digest
+from autotune.testing.studies import store_digest
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -141,14 +141,14 @@ def test_each_rule_is_one_line_exit_2_nothing_written(
     path = tmp_path / "study.yaml"
     path.write_text(textwrap.dedent(text))
     assert autotune("study", "create", "--model", "tiny", "--workload", "math").exit_code == 0
-    before = file_digest(db_path)
+    before = store_digest(db_path)
     result = autotune("study", "create", str(path))
     assert result.exit_code == 2, result
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
     assert path.name in lines[0] and message in lines[0], lines[0]
     assert f": {field}: " in lines[0], lines[0]
-    assert file_digest(db_path) == before
+    assert store_digest(db_path) == before
 
 
 def test_parallel_drafting_needs_a_draft_trained_for_it(tmp_path: Path, autotune):
@@ -263,6 +263,7 @@ def test_listed_values_are_variants_of_the_method():
     ]
 
 
+@pytest.mark.vllm
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm is not installed")
 def test_every_variant_is_checked_against_vllms_speculative_config():
     from autotune.engine.vllm_checks import check_speculative_config

@@ -24,17 +24,11 @@ from autotune.engine import EngineConfig, EngineInfo, Measurement
 from autotune.recommend.choose import MAD_SCALE, choose
 from autotune.report.frames import frame_from_records, summary_frame
 from autotune.store import Store
-from tests.unit.test_tuner import ROWS, study_data, write_landscape
+from autotune.testing.landscapes import NGRAM1_CLEAR, NGRAM_TWO_LEVELS, write_rows
+from autotune.testing.studies import replay_study
 
-# method, N, concurrency, tok/s per repeat, acceptance per position (as in test_tuner.ROWS)
-CLEAR = [  # ngram N=1 wins both levels by far more than the ~1% spreads
-    ("none", 0, 1, (100, 101), ""),
-    ("none", 0, 4, (300, 302), ""),
-    ("ngram", 1, 1, (190, 191), "0.6"),
-    ("ngram", 1, 4, (390, 392), "0.6"),
-    ("ngram", 2, 1, (150, 151), "0.6;0.4"),
-    ("ngram", 2, 4, (340, 341), "0.6;0.4"),
-]
+# method, N, concurrency, tok/s per repeat, acceptance per position (as in
+# autotune.testing.landscapes)
 # c=1: N=1 (median 163, 1.4826·MAD 4.4) beats N=2 (median 160) by 1.9%, past the 1% tie
 # margin, but their intervals 158.6..167.4 and 155.6..164.4 overlap. c=4 stays clear.
 WITHIN_NOISE = [
@@ -74,8 +68,8 @@ TIED_NO_NOISE = [
 
 def _load(store: Store, tmp_path: Path, name: str, rows, **extra) -> None:
     """A finished study holding every recorded repeat of ``rows`` (the store's own API)."""
-    land = write_landscape(tmp_path / f"{name}.csv", rows)
-    record = api.create_study(store, data=study_data(land, name=name, **extra)).study
+    land = write_rows(tmp_path / f"{name}.csv", rows)
+    record = api.create_study(store, data=replay_study(land, name=name, **extra)).study
     by_config = defaultdict(list)
     for method, n, c, tputs, per_pos in rows:
         by_config[(method, n)].append((c, tputs, per_pos))
@@ -116,7 +110,7 @@ def store(db_path: Path) -> Store:
 
 
 def test_a_clear_winner_is_not_flagged(store, tmp_path, autotune):
-    _load(store, tmp_path, "clear", CLEAR)
+    _load(store, tmp_path, "clear", NGRAM1_CLEAR)
     rec = api.recommend(store, "org/tiny", "code")
     assert rec.low_confidence == () and rec.low_confidence_levels == ()
     assert all(lv.low_confidence(10.0) == () for lv in rec.per_level)
@@ -272,8 +266,8 @@ def test_check_notes_low_confidence_and_keeps_its_exit_code(store, tmp_path, aut
 
 def test_a_replayed_study_through_the_tuner(store, tmp_path):
     """The shared test landscape (1% spreads, 10%+ margins) run by the real tuner loop."""
-    land = write_landscape(tmp_path / "rows.csv", ROWS)
-    api.create_study(store, data=study_data(land, name="replayed"), source=str(land))
+    land = write_rows(tmp_path / "rows.csv", NGRAM_TWO_LEVELS)
+    api.create_study(store, data=replay_study(land, name="replayed"), source=str(land))
     api.run_study(store, "replayed")
     rec = api.recommend(store, "org/tiny", "code")
     assert rec.low_confidence == ()
@@ -281,7 +275,7 @@ def test_a_replayed_study_through_the_tuner(store, tmp_path):
     for lv in rec.per_level:
         assert lv.best.repeats == 2 and not lv.best.noisy(10.0)
         # The same choice from the stored rows, judged at a 0.1% limit: the drawn repeats that
-        # differ at all (ROWS records 1-2 tok/s apart) now count as noisy.
+        # differ at all (NGRAM_TWO_LEVELS records 1-2 tok/s apart) now count as noisy.
         again = choose(store.measurements(study="replayed"), "code", lv.concurrency)
         assert again is not None and again.best == lv.best
         spread = any("spread" in r for r in again.low_confidence(0.1))

@@ -118,12 +118,13 @@ def test_stored_checks_make_a_history_that_report_shows(tmp_path, autotune) -> N
     import autotune.verify as verifying
     from autotune import api
     from autotune.store import Store
-    from tests.unit.test_check import study_data, write_landscape
+    from autotune.testing.landscapes import write_gate
+    from autotune.testing.studies import gate_study
 
-    land = write_landscape(tmp_path / "landscape.csv")
+    land = write_gate(tmp_path / "landscape.csv")
     db = tmp_path / "autotune.db"
     store = Store(str(db))
-    api.create_study(store, data=study_data(land), source=str(land))
+    api.create_study(store, data=gate_study(land), source=str(land))
     api.run_study(store, "gate")
     record = store.get_study("gate")
     acc = compare_acceptance(Acceptance(10, (7, 4)), Acceptance(10, (7, 4)), 0.05)

@@ -19,8 +19,8 @@ from autotune.errors import SpecError
 from autotune.observe.metrics import parse
 from autotune.observe.window import delta
 from autotune.store import Store
-from tests.conftest import file_digest
-from tests.unit.test_check import study_data, write_landscape
+from autotune.testing.landscapes import write_gate
+from autotune.testing.studies import gate_study, store_digest
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 IDLE = (DATA / "vllm-0.32.0-metrics-ngram-idle.txt").read_text()
@@ -102,10 +102,10 @@ def serving(*bodies: str) -> Iterator[str]:
 @pytest.fixture(scope="module")
 def measured(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     tmp = tmp_path_factory.mktemp("observe-input")
-    land = write_landscape(tmp / "landscape.csv")
+    land = write_gate(tmp / "landscape.csv")
     db = tmp / "autotune.db"
     store = Store(str(db))
-    api.create_study(store, data=study_data(land), source=str(land))
+    api.create_study(store, data=gate_study(land), source=str(land))
     api.run_study(store, "gate")
     trial = next(
         t
@@ -122,13 +122,13 @@ def _free_port() -> int:
 
 
 def _observe(autotune, db: Path, url: str, config: dict, *extra: str):
-    before = file_digest(db)
+    before = store_digest(db)
     result = autotune(
         "--db", str(db), "observe", "--metrics-url", url, "--model", "tiny", "--workload",
         "code", "--config", json.dumps(config), "--duration", "0.4", "--interval", "0.2",
         "--timeout", "1", *extra, db=False,
     )  # fmt: skip
-    assert file_digest(db) == before  # read-only, whatever happened
+    assert store_digest(db) == before  # read-only, whatever happened
     return result
 
 
@@ -207,7 +207,7 @@ def test_a_window_of_recorded_scrapes_prints_live_beside_study(autotune, measure
 
 def test_check_measure_refuses_before_any_engine_starts(autotune, measured) -> None:
     db, ngram = measured
-    before = file_digest(db)
+    before = store_digest(db)
     replay = autotune(
         "--db", str(db), "check", "--model", "tiny", "--workload", "code", "--config",
         json.dumps(ngram), "--measure", db=False,
@@ -218,4 +218,4 @@ def test_check_measure_refuses_before_any_engine_starts(autotune, measured) -> N
         "--measure", db=False,
     )  # fmt: skip
     _one_line(off, 2, "drafts nothing")
-    assert file_digest(db) == before
+    assert store_digest(db) == before

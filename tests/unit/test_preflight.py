@@ -17,8 +17,10 @@ from autotune.engine.models import locate_weights
 from autotune.search.landscape_study import study_from_landscape
 from autotune.spec.loader import load_study_file, resolve_study
 from autotune.store import Store
-from tests.conftest import REPO, file_digest
-from tests.unit.test_tuner import write_landscape
+from autotune.testing.landscapes import write_rows
+from autotune.testing.studies import store_digest
+
+REPO = Path(__file__).resolve().parents[2]
 
 STUDIES = REPO / "studies"
 
@@ -55,7 +57,7 @@ def store_study(db: Path, file: Path) -> None:
 
 def test_dry_run_of_the_cpu_demo_shows_a_plan_that_can_go(autotune, db_path: Path) -> None:
     store_study(db_path, STUDIES / "tiny-cpu.yaml")
-    before = file_digest(db_path)
+    before = store_digest(db_path)
     r = autotune("study", "run", "tiny-cpu", "--dry-run")
     assert r.exit_code == 0, r.stderr
     out = r.stdout
@@ -67,9 +69,10 @@ def test_dry_run_of_the_cpu_demo_shows_a_plan_that_can_go(autotune, db_path: Pat
     assert "hub        offline (HF_HUB_OFFLINE is set)" in out
     assert "engine-hours unknown (no engine of tiny:llama has finished" in out
     assert out.rstrip().endswith("ready: nothing above stops this run")
-    assert file_digest(db_path) == before  # nothing written
+    assert store_digest(db_path) == before  # nothing written
 
 
+@pytest.mark.vllm  # reads vLLM's own code
 @pytest.mark.parametrize(
     ("study", "tp", "targets"),
     [
@@ -101,9 +104,10 @@ def test_dry_run_of_a_gpu_study_on_this_cpu_machine_says_why_not(
     assert data["engine_hours"] is None
 
 
+@pytest.mark.vllm  # reads vLLM's own code
 def test_a_real_run_of_kimi_here_is_refused_up_front(autotune, db_path: Path) -> None:
     store_study(db_path, STUDIES / "kimi-k2.5.yaml")
-    before = file_digest(db_path)
+    before = store_digest(db_path)
     r = autotune("study", "run", "kimi-k2.5")
     assert r.exit_code == 2
     assert r.stdout == ""
@@ -111,7 +115,7 @@ def test_a_real_run_of_kimi_here_is_refused_up_front(autotune, db_path: Path) ->
     assert len(lines) == 1, r.stderr
     assert "study 'kimi-k2.5' cannot run here: no GPU here" in lines[0]
     assert "--ray-address ADDRESS, or a replay study (--landscape)" in lines[0]
-    assert file_digest(db_path) == before  # nothing written: no trial, no Optuna study
+    assert store_digest(db_path) == before  # nothing written: no trial, no Optuna study
     store = Store(str(db_path))
     record = store.get_study("kimi-k2.5")
     assert store.trials(record) == [] and record.status != "running"
@@ -139,7 +143,7 @@ def test_dry_run_of_a_replay_study_estimates_from_the_recorded_times(
     land = REPO / "bench" / "landscapes" / "cpu-tiny-llama.csv"
     r = autotune("study", "create", "--landscape", str(land), "--name", "rep")
     assert r.exit_code == 0, r.stderr
-    before = file_digest(db_path)
+    before = store_digest(db_path)
     r = autotune("study", "run", "rep", "--dry-run", "--json")
     assert r.exit_code == 0, r.stderr
     data = json.loads(r.stdout)
@@ -164,7 +168,7 @@ def test_dry_run_of_a_replay_study_estimates_from_the_recorded_times(
     text = autotune("study", "run", "rep", "--dry-run").stdout
     assert "replay engines in this process, one at a time (no GPU needed)" in text
     assert "hub " not in text  # a replay loads no weights
-    assert file_digest(db_path) == before
+    assert store_digest(db_path) == before
     # After a partial run, the resume's dry run counts what is done.
     assert autotune("study", "run", "rep", "--max-configs", "2", "-q").exit_code == 0
     resumed = json.loads(autotune("study", "resume", "rep", "--dry-run", "--json").stdout)
@@ -175,7 +179,7 @@ def test_dry_run_of_a_replay_study_estimates_from_the_recorded_times(
 def test_a_baseline_that_cannot_start_ends_the_run(autotune, db_path: Path, tmp_path: Path):
     """A landscape without the baseline's rows: the baseline fails at its start, and the run
     stops there instead of starting configs that have nothing to be compared with."""
-    full = write_landscape(tmp_path / "full.csv")
+    full = write_rows(tmp_path / "full.csv")
     cut = tmp_path / "no-baseline.csv"
     cut.write_text(
         "".join(line for line in full.read_text().splitlines(True) if ",none," not in line)

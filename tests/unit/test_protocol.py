@@ -25,7 +25,8 @@ from autotune.search.strategy import (
 )
 from autotune.spec.loader import ResolvedStudy
 from autotune.store import Store
-from tests.unit.test_tuner import study_data, write_landscape
+from autotune.testing.landscapes import write_rows
+from autotune.testing.studies import replay_study
 
 
 def _by_hand(values: list[float], t: float) -> float:
@@ -81,8 +82,8 @@ def store(db_path: Path) -> Store:
 
 
 def _study(store: Store, tmp_path: Path, name: str, **measurement) -> ResolvedStudy:
-    land = write_landscape(tmp_path / f"{name}.csv")
-    data = study_data(land, name=name, measurement=measurement)
+    land = write_rows(tmp_path / f"{name}.csv")
+    data = replay_study(land, name=name, measurement=measurement)
     return ResolvedStudy.from_json(api.create_study(store, data=data).study.resolved_json)
 
 
@@ -136,8 +137,8 @@ def test_protocol_cell_takes_every_planned_cell_then_the_re_runs(store, tmp_path
 
 @pytest.mark.parametrize("sampler", ["grid", "model"])
 def test_the_drift_check_runs_the_baseline_again_once(store, tmp_path, sampler):
-    land = write_landscape(tmp_path / "l.csv")
-    data = study_data(land, sampler, measurement={"drift_check": True})
+    land = write_rows(tmp_path / "l.csv")
+    data = replay_study(land, sampler, measurement={"drift_check": True})
     api.create_study(store, data=data, source=str(land))
     summary = api.run_study(store, "replayed")
     assert summary.trials_run == 4 and summary.trials_failed == 0
@@ -166,18 +167,18 @@ def test_the_drift_check_runs_the_baseline_again_once(store, tmp_path, sampler):
 
 
 def test_no_drift_check_without_a_baseline_or_when_off(store, tmp_path):
-    land = write_landscape(tmp_path / "l.csv")
-    api.create_study(store, data=study_data(land, name="nobase", baseline=False,
+    land = write_rows(tmp_path / "l.csv")
+    api.create_study(store, data=replay_study(land, name="nobase", baseline=False,
                                             measurement={"drift_check": True}), source=str(land))  # fmt: skip
     assert api.run_study(store, "nobase").trials_run == 2
-    api.create_study(store, data=study_data(land, name="off"), source=str(land))
+    api.create_study(store, data=replay_study(land, name="off"), source=str(land))
     assert api.run_study(store, "off").trials_run == 3  # replay default: off
 
 
 def test_resume_in_the_middle_of_the_drift_check(store, tmp_path):
-    land = write_landscape(tmp_path / "l.csv")
+    land = write_rows(tmp_path / "l.csv")
     created = api.create_study(
-        store, data=study_data(land, measurement={"drift_check": True}), source=str(land)
+        store, data=replay_study(land, measurement={"drift_check": True}), source=str(land)
     )
     first = api.run_study(store, "replayed", max_configs=3)
     assert first.trials_run == 3  # the budget stops it before the drift check
@@ -220,8 +221,8 @@ def _trial(store, record, config, tputs: dict[int, list[float]]) -> int:
 def test_a_drifting_baseline_is_low_confidence_and_speedups_pool_both_runs(
     store, tmp_path, autotune
 ):
-    land = write_landscape(tmp_path / "l.csv")
-    record = api.create_study(store, data=study_data(land, name="drift")).study
+    land = write_rows(tmp_path / "l.csv")
+    record = api.create_study(store, data=replay_study(land, name="drift")).study
     base = EngineConfig(model=record.model)
     ngram = EngineConfig(model=record.model, method="ngram", num_speculative_tokens=1)
     _trial(store, record, base, {1: [100, 100.5, 99.5], 4: [300, 300.5, 299.5]})

@@ -16,7 +16,8 @@ from autotune import api
 from autotune.recommend import render
 from autotune.spec.catalog import load_catalog
 from autotune.store import Store
-from tests.unit.test_tuner import ROWS, study_data, write_landscape
+from autotune.testing.landscapes import NGRAM_TWO_LEVELS, write_rows
+from autotune.testing.studies import replay_study
 
 REPO = Path(__file__).resolve().parents[2]
 CATALOG = load_catalog()
@@ -88,12 +89,12 @@ def test_source_flag(autotune, tmp_path):
     assert tiny.exit_code == 1 and "no published result" in tiny.stderr
 
 
-def _replayed(store: Store, tmp_path: Path, name: str, rows=ROWS, **extra) -> None:
-    land = write_landscape(tmp_path / f"{name}.csv", rows)
-    api.create_study(store, data=study_data(land, name=name, **extra), source=str(land))
+def _replayed(store: Store, tmp_path: Path, name: str, rows=NGRAM_TWO_LEVELS, **extra) -> None:
+    land = write_rows(tmp_path / f"{name}.csv", rows)
+    api.create_study(store, data=replay_study(land, name=name, **extra), source=str(land))
 
 
-# A landscape where ngram N=1 wins clearly at both levels (the shared ROWS pick N=2 at c=1).
+# A landscape where ngram N=1 wins clearly at both levels (NGRAM_TWO_LEVELS picks N=2 at c=1).
 NGRAM1 = [
     ("none", 0, 1, (100, 101), ""),
     ("none", 0, 4, (300, 302), ""),
@@ -237,8 +238,8 @@ def test_printed_command_is_the_measured_command():
 
 def test_recommendation_renders_the_trials_engine_args(tmp_path, db_path):
     store = Store(str(db_path))
-    land = write_landscape(tmp_path / "l.csv")
-    data = study_data(land, name="args")
+    land = write_rows(tmp_path / "l.csv")
+    data = replay_study(land, name="args")
     data["model"]["engine_args"] = {"enable_chunked_prefill": False, "max_num_seqs": 8}
     api.create_study(store, data=data, source=str(land))
     api.run_study(store, "args")

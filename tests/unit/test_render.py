@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
 import json
 import shlex
 
 import pytest
 
-from autotune.engine.vllm_checks import check_speculative_config, vllm_available
+from autotune.engine.vllm_checks import check_speculative_config
 from autotune.recommend import render
 from autotune.spec.methods import speculative_config
 
@@ -56,7 +57,8 @@ def test_dsd_ranges_cover_without_gaps(levels, table):
         assert b[0] == a[1] + 1
 
 
-@pytest.mark.skipif(not vllm_available(), reason="vLLM is not installed")
+@pytest.mark.vllm
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM is not installed")
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda c: c["method"])
 def test_vllm_accepts_rendered_configs(config):
     assert check_speculative_config(config) == []
@@ -64,7 +66,8 @@ def test_vllm_accepts_rendered_configs(config):
     assert check_speculative_config(dsd) == []
 
 
-@pytest.mark.skipif(not vllm_available(), reason="vLLM is not installed")
+@pytest.mark.vllm
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM is not installed")
 def test_vllm_refuses_bad_configs():
     assert check_speculative_config({"method": "lookahead"})
     assert check_speculative_config({"method": "ngram", "gamma": 3})

@@ -17,7 +17,7 @@ from autotune import api
 from autotune.cli import cli
 from autotune.cli._common import Context, report_errors
 from autotune.cli.report import report
-from autotune.engine.landscape import COLUMNS
+from autotune.engine.landscape import LandscapePoint
 from autotune.recommend.choose import MAD_SCALE, choose
 from autotune.report import (
     measurements_frame,
@@ -29,6 +29,7 @@ from autotune.report import (
 )
 from autotune.spec.methods import config_id
 from autotune.store import Store
+from autotune.testing.landscapes import point, write
 
 WORKLOADS = ("code", "chat")
 LEVELS = (1, 4, 16)
@@ -44,33 +45,33 @@ COST_PER_N = {1: 0.10, 4: 0.25, 16: 0.9}  # verification cost per draft token, r
 REPEAT_FACTOR = (1.0, 0.98, 1.03)  # recorded repeats disagree a little
 
 
-def landscape_rows() -> list[list[object]]:
-    rows: list[list[object]] = []
+def landscape_points() -> list[LandscapePoint]:
+    points: list[LandscapePoint] = []
     for w in WORKLOADS:
         for c in LEVELS:
             for r, f in enumerate(REPEAT_FACTOR):
-                rows.append(["tiny", w, "none", "", 0, c, r, BASE_TOK_S[c] * f, "", "", 30, 4])
+                points.append(
+                    point("none", 0, c, BASE_TOK_S[c] * f, repeat=r, model="tiny", workload=w,
+                          engine_start_s=30, measure_s=4)
+                )  # fmt: skip
             for (method, wl), acc in ACCEPTANCE.items():
                 if wl != w:
                     continue
-                draft = "tiny:eagle3" if method == "eagle3" else ""
+                draft = "tiny:eagle3" if method == "eagle3" else None
                 for n in range(1, 4):
                     al = 1 + sum(acc[:n])
                     tput = BASE_TOK_S[c] * al / (1 + COST_PER_N[c] * n)
                     for r, f in enumerate(REPEAT_FACTOR):
-                        rows.append(
-                            [
-                                "tiny", w, method, draft, n, c, r, round(tput * f, 3),
-                                f"{al:.4f}", ";".join(str(a) for a in acc[:n]), 40, 4,
-                            ]
+                        points.append(
+                            point(method, n, c, round(tput * f, 3), repeat=r, acceptance=acc[:n],
+                                  model="tiny", workload=w, draft=draft, engine_start_s=40,
+                                  measure_s=4)
                         )  # fmt: skip
-    return rows
+    return points
 
 
 def write_landscape(path: Path) -> Path:
-    lines = [",".join(COLUMNS)] + [",".join(map(str, r)) for r in landscape_rows()]
-    path.write_text("\n".join(lines) + "\n")
-    return path
+    return write(path, landscape_points())
 
 
 STUDY = "report-test"

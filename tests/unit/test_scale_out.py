@@ -96,12 +96,13 @@ def test_tp_engines_get_the_mp_executor_and_the_user_cannot_override_it():
 def test_placement_is_stored_and_exported(tmp_path: Path, autotune):
     """Ray node and device ids travel from EngineInfo to the trial, every measurement row, the
     CSV columns ``ray_node_id``/``device_ids`` and ``study show``."""
-    from tests.unit.test_tuner import study_data, write_landscape
+    from autotune.testing.landscapes import write_rows
+    from autotune.testing.studies import replay_study
 
     db = tmp_path / "autotune.db"
     store = Store(str(db))
-    land = write_landscape(tmp_path / "l.csv")
-    api.create_study(store, data=study_data(land), source=str(land))
+    land = write_rows(tmp_path / "l.csv")
+    api.create_study(store, data=replay_study(land), source=str(land))
     record = store.get_study("replayed")
     config = EngineConfig(model="org/tiny")
     trial_id = store.start_trial(record, config, 0)

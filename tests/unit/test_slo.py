@@ -269,6 +269,7 @@ def test_trade_off_rows_mark_front_slo_and_recommendation(rows: list[Row]) -> No
 # --- goodput, against vLLM's own ------------------------------------------------------------
 
 
+@pytest.mark.vllm  # reads vLLM's own code
 def test_request_goodput_matches_vllm_bench_serve() -> None:
     """The same requests through vLLM's ``calculate_metrics`` give the same goodput."""
     import random

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import file_digest
+from autotune.testing.studies import store_digest
 
 GOOD = """
 name: t1
@@ -89,7 +89,7 @@ def test_bad_study_file(case: str, store_exists: bool, tmp_path: Path, db_path: 
     text, message, field = CASES[case]
     if store_exists:
         assert autotune("study", "create", "--model", "tiny", "--workload", "math").exit_code == 0
-    before = file_digest(db_path)
+    before = store_digest(db_path)
     path = _write(tmp_path, text)
     result = autotune("study", "create", str(path))
     assert result.exit_code == 2, result
@@ -100,17 +100,17 @@ def test_bad_study_file(case: str, store_exists: bool, tmp_path: Path, db_path: 
     assert message in lines[0]
     if field:
         assert f": {field}:" in lines[0]
-    assert file_digest(db_path) == before
+    assert store_digest(db_path) == before
 
 
 def test_duplicate_study_name(tmp_path: Path, db_path: Path, autotune):
     path = _write(tmp_path, GOOD)
     assert autotune("study", "create", str(path)).exit_code == 0
-    before = file_digest(db_path)
+    before = store_digest(db_path)
     result = autotune("study", "create", str(path))
     assert result.exit_code == 2
     assert "study.yaml: name: study 't1' already exists" in result.stderr
-    assert file_digest(db_path) == before
+    assert store_digest(db_path) == before
     # --replace is the explicit way over it.
     assert autotune("study", "create", str(path), "--replace").exit_code == 0
 

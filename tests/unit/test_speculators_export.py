@@ -192,10 +192,11 @@ def test_explain_prints_the_suggestion_on_stderr_only(autotune, replay: Store, t
     assert result.exit_code == 0
     assert "--speculators-data" not in result.stdout + result.stderr  # drafts accept well here
     # A model the catalog has no draft for, measured with n-gram only (a hand-written replay).
-    from tests.unit.test_tuner import study_data, write_landscape
+    from autotune.testing.landscapes import write_rows
+    from autotune.testing.studies import replay_study
 
-    land = write_landscape(tmp_path / "ngram-only.csv")
-    api.create_study(replay, data=study_data(land))
+    land = write_rows(tmp_path / "ngram-only.csv")
+    api.create_study(replay, data=replay_study(land))
     api.run_study(replay, "replayed")
     plain = autotune("recommend", "--model", "org/tiny", "--workload", "code")
     explained = autotune("recommend", "--model", "org/tiny", "--workload", "code", "--explain")

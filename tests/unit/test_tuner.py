@@ -8,44 +8,9 @@ from pathlib import Path
 import pytest
 
 from autotune import api
-from autotune.engine.landscape import COLUMNS
 from autotune.store import Store
-
-# A small recorded-format landscape written for these tests (values chosen by hand).
-ROWS = [
-    # method, N, concurrency, tok/s per repeat, per-pos acceptance
-    ("none", 0, 1, (100, 101), ""),
-    ("none", 0, 4, (300, 302), ""),
-    ("ngram", 1, 1, (150, 151), "0.6"),
-    ("ngram", 1, 4, (330, 331), "0.6"),
-    ("ngram", 2, 1, (170, 171), "0.6;0.4"),
-    ("ngram", 2, 4, (310, 312), "0.6;0.4"),
-]
-
-
-def write_landscape(path: Path, rows=ROWS, missing_config: bool = False) -> Path:
-    lines = [",".join(COLUMNS)]
-    for method, n, c, tputs, per_pos in rows:
-        for r, t in enumerate(tputs):
-            al = "" if method == "none" else f"{1 + sum(float(x) for x in per_pos.split(';')):.3f}"
-            lines.append(f"org/tiny,code,{method},,{n},{c},{r},{t},{al},{per_pos},10,2")
-    path.write_text("\n".join(lines) + "\n")
-    return path
-
-
-def study_data(landscape: Path, sampler: str = "grid", **extra) -> dict:
-    data = {
-        "name": "replayed",
-        "model": {"name": "org/tiny"},
-        "workloads": ["code"],
-        "concurrency": [1, 4],
-        "methods": [{"method": "ngram", "num_speculative_tokens": {"min": 1, "max": 2}}],
-        "repeats": 2,
-        "sampler": sampler,
-        "engine": {"kind": "replay", "landscape": str(landscape)},
-    }
-    data.update(extra)
-    return data
+from autotune.testing.landscapes import NGRAM_TWO_LEVELS, write_rows
+from autotune.testing.studies import replay_study
 
 
 @pytest.fixture
@@ -55,8 +20,8 @@ def store(tmp_path: Path) -> Store:
 
 @pytest.mark.parametrize("sampler", ["grid", "random", "tpe"])
 def test_runs_every_config_once(tmp_path: Path, store: Store, sampler: str):
-    land = write_landscape(tmp_path / "l.csv")
-    api.create_study(store, data=study_data(land, sampler), source=str(land))
+    land = write_rows(tmp_path / "l.csv")
+    api.create_study(store, data=replay_study(land, sampler), source=str(land))
     summary = api.run_study(store, "replayed")
     assert summary.trials_run == 3 and summary.trials_failed == 0
     record = store.get_study("replayed")
@@ -67,7 +32,7 @@ def test_runs_every_config_once(tmp_path: Path, store: Store, sampler: str):
     # 2 levels x 2 repeats per config, each value one of the recorded repeats
     rows = store.measurements(study="replayed")
     assert len(rows) == 3 * 4
-    recorded = {(m, n, c): set(t) for m, n, c, t, _ in ROWS}
+    recorded = {(m, n, c): set(t) for m, n, c, t, _ in NGRAM_TWO_LEVELS}
     for r in rows:
         assert (
             r.output_throughput_tok_s
@@ -82,8 +47,8 @@ def test_runs_every_config_once(tmp_path: Path, store: Store, sampler: str):
 
 
 def test_recommend_from_replay(tmp_path: Path, store: Store):
-    land = write_landscape(tmp_path / "l.csv")
-    api.create_study(store, data=study_data(land), source=str(land))
+    land = write_rows(tmp_path / "l.csv")
+    api.create_study(store, data=replay_study(land), source=str(land))
     api.run_study(store, "replayed")
     at1 = api.recommend(store, "org/tiny", "code", 1)
     assert at1.choice.best.num_speculative_tokens == 2  # 170 beats 150 and 100
@@ -107,8 +72,8 @@ def test_recommend_from_replay(tmp_path: Path, store: Store):
 
 
 def test_failed_config_is_a_failed_trial_and_the_study_goes_on(tmp_path: Path, store: Store):
-    land = write_landscape(tmp_path / "l.csv")
-    data = study_data(land)
+    land = write_rows(tmp_path / "l.csv")
+    data = replay_study(land)
     data["methods"][0]["num_speculative_tokens"] = {"min": 1, "max": 3}  # N=3 not recorded
     api.create_study(store, data=data, source=str(land))
     summary = api.run_study(store, "replayed")
@@ -120,8 +85,8 @@ def test_failed_config_is_a_failed_trial_and_the_study_goes_on(tmp_path: Path, s
 
 
 def test_budget_and_resume(tmp_path: Path, store: Store):
-    land = write_landscape(tmp_path / "l.csv")
-    api.create_study(store, data=study_data(land), source=str(land))
+    land = write_rows(tmp_path / "l.csv")
+    api.create_study(store, data=replay_study(land), source=str(land))
     first = api.run_study(store, "replayed", max_configs=2)
     assert first.trials_run == 2 and first.stop_reason == "--max-configs 2"
     assert store.get_study("replayed").status == "stopped: --max-configs"
@@ -133,9 +98,9 @@ def test_budget_and_resume(tmp_path: Path, store: Store):
 
 
 def test_engine_config_budget(tmp_path: Path, store: Store):
-    land = write_landscape(tmp_path / "l.csv")
+    land = write_rows(tmp_path / "l.csv")
     api.create_study(
-        store, data=study_data(land, budget={"max_engine_configs": 2}), source=str(land)
+        store, data=replay_study(land, budget={"max_engine_configs": 2}), source=str(land)
     )
     summary = api.run_study(store, "replayed")
     assert summary.trials_run == 2 and summary.stop_reason == "budget: 2 engine configs"
@@ -147,8 +112,8 @@ def test_interrupted_trial_is_reopened(tmp_path: Path, store: Store):
     per config, the interrupted one completed under its own id."""
     from autotune.engine import EngineConfig
 
-    land = write_landscape(tmp_path / "l.csv")
-    created = api.create_study(store, data=study_data(land), source=str(land))
+    land = write_rows(tmp_path / "l.csv")
+    created = api.create_study(store, data=replay_study(land), source=str(land))
     # A driver killed mid-trial leaves a running trial behind.
     left = store.start_trial(created.study, EngineConfig(model="org/tiny"), None)
     summary = api.run_study(store, "replayed")
@@ -166,8 +131,8 @@ def test_optuna_mirrors_the_study(tmp_path: Path, store: Store, sampler: str):
     objective, the speculative config and per-level medians, failures with their reason."""
     import optuna
 
-    land = write_landscape(tmp_path / "l.csv")
-    data = study_data(land, sampler)
+    land = write_rows(tmp_path / "l.csv")
+    data = replay_study(land, sampler)
     data["methods"][0]["num_speculative_tokens"] = {"min": 1, "max": 3}  # N=3 not recorded
     api.create_study(store, data=data, source=str(land))
     api.run_study(store, "replayed")
@@ -202,8 +167,8 @@ def test_optuna_mirrors_the_study(tmp_path: Path, store: Store, sampler: str):
 def test_export_roundtrip(tmp_path: Path, store: Store, autotune):
     from autotune.engine.landscape import read_landscape
 
-    land = write_landscape(tmp_path / "l.csv")
-    api.create_study(store, data=study_data(land), source=str(land))
+    land = write_rows(tmp_path / "l.csv")
+    api.create_study(store, data=replay_study(land), source=str(land))
     api.run_study(store, "replayed")
     out = tmp_path / "exported.csv"
     assert api.export_landscape(store, "replayed", out) == 12
@@ -230,7 +195,7 @@ def test_recommend_falls_back_to_published_prior(autotune, db_path: Path):
 
 
 def test_study_create_from_a_landscape(tmp_path: Path, autotune):
-    land = write_landscape(tmp_path / "l.csv")
+    land = write_rows(tmp_path / "l.csv")
     made = autotune("study", "create", "--landscape", str(land), "--name", "again")
     assert made.exit_code == 0, made.stderr
     ran = autotune("study", "run", "again")
@@ -250,8 +215,8 @@ def test_a_noisy_cell_is_measured_again_while_the_engine_is_warm(tmp_path: Path,
     from autotune.search.strategy import noisy_cell
     from autotune.spec.loader import ResolvedStudy
 
-    land = write_landscape(tmp_path / "l.csv")
-    created = api.create_study(store, data=study_data(land), source=str(land))
+    land = write_rows(tmp_path / "l.csv")
+    created = api.create_study(store, data=replay_study(land), source=str(land))
     study = ResolvedStudy.from_json(created.study.resolved_json)
     assert study.spec.repeats == 2 and study.spec.measurement.max_spread_pct == 10.0
 
@@ -267,7 +232,7 @@ def test_a_noisy_cell_is_measured_again_while_the_engine_is_warm(tmp_path: Path,
     assert noisy_cell(study, [*noisy, m(1, 2, 120)]).repeat == 3
     assert noisy_cell(study, [*noisy, m(1, 2, 120), m(1, 3, 150)]) is None
     # A study may keep exactly `repeats` per level.
-    data = study_data(land, name="exact", measurement={"remeasure_noisy": False})
+    data = replay_study(land, name="exact", measurement={"remeasure_noisy": False})
     exact = ResolvedStudy.from_json(
         api.create_study(store, data=data, source=str(land)).study.resolved_json
     )
@@ -284,8 +249,8 @@ def test_resume_restores_the_optuna_trial_a_dead_driver_missed(
     from autotune.errors import StoreError
     from autotune.search.samplers import OptunaMirror
 
-    land = write_landscape(tmp_path / "l.csv")
-    api.create_study(store, data=study_data(land), source=str(land))
+    land = write_rows(tmp_path / "l.csv")
+    api.create_study(store, data=replay_study(land), source=str(land))
     real = OptunaMirror.record
 
     def fail_second(self, *args, **kwargs):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from autotune.verify.compare import (
@@ -12,6 +14,8 @@ from autotune.verify.compare import (
     summary_line,
 )
 from autotune.verify.server import bench_argv, requests_file, server_argv
+
+REPO = Path(__file__).resolve().parents[2]
 
 # The non-list fields of a real `vllm bench serve` result (vLLM 0.32.0 CPU build, tiny Llama
 # with n-gram N=2 behind `vllm serve`, 4 requests at --max-concurrency 2).
@@ -181,7 +185,6 @@ def replayed(db_path):
     from autotune import api
     from autotune.search.landscape_study import study_from_landscape
     from autotune.store import Store
-    from tests.conftest import REPO
 
     landscape = REPO / "bench" / "landscapes" / "cpu-tiny-llama.csv"
     store = Store(str(db_path))
@@ -192,14 +195,14 @@ def replayed(db_path):
 
 
 def test_verify_refuses_a_replayed_study(replayed, autotune, db_path) -> None:
-    from tests.conftest import file_digest
+    from autotune.testing.studies import store_digest
 
-    before = file_digest(db_path)
+    before = store_digest(db_path)
     result = autotune("verify", "--model", "tiny", "--workload", "code")
     assert result.exit_code == 2
     assert result.stderr.strip().count("\n") == 0
     assert "replays a recorded landscape" in result.stderr and "Traceback" not in result.stderr
-    assert file_digest(db_path) == before
+    assert store_digest(db_path) == before
 
 
 def test_verify_bad_tolerance_and_missing_study(autotune) -> None:

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("vllm")  # the reader loads the files with vLLM's own sweep code
+pytestmark = pytest.mark.vllm  # the reader loads the files with vLLM's own sweep code
+pytest.importorskip("vllm")
 
 from autotune.engine.landscape import read_landscape
 from autotune.engine.vllm_sweep import read_vllm_sweep

@@ -15,6 +15,9 @@ import pytest
 
 from autotune.store import Store
 
+# Each case is a driver process that starts a local Ray cluster: not for the unit selection.
+pytestmark = pytest.mark.integration
+
 REPO = Path(__file__).resolve().parents[2]
 KNOBS = REPO / "bench" / "landscapes" / "cpu-tiny-knobs.csv"
 
