@@ -138,19 +138,10 @@ def create_quick_study(
     repeats: int | None = None,
     replace: bool = False,
 ) -> Created:
-    """A study from the quick-study flags: the catalog's methods and defaults for ``model``
-    unless ``methods``/``concurrency``/``repeats`` are given."""
-    data: dict[str, object] = {
-        "name": name or f"{model}-{'-'.join(workloads)}".lower().replace("/", "-"),
-        "model": {"name": model},
-        "workloads": list(workloads),
-    }
-    if concurrency:
-        data["concurrency"] = list(concurrency)
-    if methods:
-        data["methods"] = [{"method": m} for m in methods]
-    if repeats is not None:
-        data["repeats"] = repeats
+    """A study from the quick-study flags (:func:`autotune.spec.loader.quick_study_data`)."""
+    from autotune.spec.loader import quick_study_data
+
+    data = quick_study_data(model, workloads, name, concurrency, methods, repeats)
     return create_study(store, data=data, source="--model/--workload flags", replace=replace)
 
 
@@ -310,14 +301,7 @@ def check(
     """`autotune check`: is ``deployed`` within ``tolerance_pct`` of the stored recommendation
     (:func:`autotune.recommend.answer.check_stored`)?"""
     return _answer.check_stored(
-        store,
-        model,
-        workload,
-        deployed,
-        concurrency=concurrency,
-        tolerance_pct=tolerance_pct,
-        study=study,
-        planned=planned_configs,
+        store, model, workload, deployed, concurrency, tolerance_pct, study, planned_configs
     )
 
 
@@ -330,8 +314,7 @@ def report_study(
     csv: Path | None = None,
     parquet: Path | None = None,
 ) -> StudyReport:
-    """A study's frames, writing the files asked for (:func:`autotune.report.study.
-    report_study`)."""
+    """A study's frames, writing the files asked for (:mod:`autotune.report.study`)."""
     from autotune.report.study import report_study as build
 
     return build(store, name, planned_configs, html=html, png_dir=png_dir, csv=csv, parquet=parquet)
@@ -377,8 +360,7 @@ def list_workloads() -> list[dict[str, str | int | None]]:
 
 
 def show_workload(name: str, tokenizer: str | None = None) -> WorkloadView:
-    """A workload's prompts and token statistics (:func:`autotune.datasets.show.
-    show_workload`)."""
+    """A workload's prompts and token statistics (:mod:`autotune.datasets.show`)."""
     from autotune.datasets.show import show_workload as show
 
     return show(name, tokenizer)
@@ -402,21 +384,17 @@ def import_sweep(
     ran, as a finished study with its recommendations saved, or (``landscape``) as a landscape
     CSV (:func:`autotune.search.imported_study.import_sweep`)."""
     from autotune.search.imported_study import import_sweep as read_and_write
-    from autotune.search.protocol import save_recommendations
 
-    done = read_and_write(
+    return read_and_write(
         store,
-        name=name,
-        landscape=landscape,
-        force=force,
-        replace=replace,
-        vllm_sweep=vllm_sweep,
-        sglang_bench=sglang_bench,
-        workload=workload,
-        model=model,
-        method=method,
-        draft=draft,
+        vllm_sweep,
+        sglang_bench,
+        name,
+        landscape,
+        force,
+        replace,
+        workload,
+        model,
+        method,
+        draft,
     )
-    if done.study is not None and store is not None:
-        save_recommendations(store, done.study)
-    return done

@@ -697,7 +697,6 @@ def check_stored(
     model: str,
     workload: str,
     deployed: dict[str, Any] | None,
-    *,
     concurrency: int | None,
     tolerance_pct: float,
     study: str | None,

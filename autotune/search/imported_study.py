@@ -106,16 +106,28 @@ def study_data(sweep: ImportedSweep, name: str) -> dict[str, Any]:
 
 def import_sweep(
     store: Store | None,
-    *,
+    vllm_sweep: Path | None = None,
+    sglang_bench: Path | None = None,
     name: str | None = None,
     landscape: Path | None = None,
     force: bool = False,
     replace: bool = False,
-    **read: Any,
+    workload: str | None = None,
+    model: str | None = None,
+    method: str | None = None,
+    draft: str | None = None,
 ) -> Imported:
     """Read the sweep (:func:`read_sweep`), then write it as a landscape CSV (``landscape``) or
-    as the finished study ``name`` (default: the sweep's folder or file name)."""
-    sweep = read_sweep(**read)
+    as the finished study ``name`` (default: the sweep's folder or file name), its
+    recommendations saved."""
+    sweep = read_sweep(
+        vllm_sweep=vllm_sweep,
+        sglang_bench=sglang_bench,
+        model=model,
+        method=method,
+        draft=draft,
+        workload=workload,
+    )
     if landscape is not None:
         if sweep.tool == SGLANG_BENCH:
             raise SpecError(
@@ -133,7 +145,11 @@ def import_sweep(
             sweep, landscape=landscape, rows=write_landscape(landscape, sweep.landscape_points())
         )
     assert store is not None
-    return Imported(sweep, study=write_study(store, sweep, name or _default_name(sweep), replace))
+    from autotune.search.protocol import save_recommendations
+
+    study = write_study(store, sweep, name or _default_name(sweep), replace)
+    save_recommendations(store, study)
+    return Imported(sweep, study=study)
 
 
 def _default_name(sweep: ImportedSweep) -> str:

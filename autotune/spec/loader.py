@@ -10,6 +10,7 @@ import importlib.util
 import json
 import os
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -761,3 +762,27 @@ def _vocab_sizes(method: str, model: str, draft: str | None) -> dict[str, int | 
     if not t or not d:
         return {}
     return {"target_vocab_size": t.get("vocab_size"), "draft_vocab_size": d.get("vocab_size")}
+
+
+def quick_study_data(
+    model: str,
+    workloads: Sequence[str],
+    name: str | None = None,
+    concurrency: Sequence[int] = (),
+    methods: Sequence[str] = (),
+    repeats: int | None = None,
+) -> dict[str, object]:
+    """The study the quick-study flags describe: the catalog's methods and defaults for
+    ``model`` unless ``methods``/``concurrency``/``repeats`` are given."""
+    data: dict[str, object] = {
+        "name": name or f"{model}-{'-'.join(workloads)}".lower().replace("/", "-"),
+        "model": {"name": model},
+        "workloads": list(workloads),
+    }
+    if concurrency:
+        data["concurrency"] = list(concurrency)
+    if methods:
+        data["methods"] = [{"method": m} for m in methods]
+    if repeats is not None:
+        data["repeats"] = repeats
+    return data
