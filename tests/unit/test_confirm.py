@@ -18,7 +18,8 @@ from autotune.search.confirm import CONFIRM, plan
 from autotune.search.space import SearchSpace
 from autotune.spec.loader import ResolvedStudy
 from autotune.store import Store
-from tests.unit.test_tuner import study_data, write_landscape
+from autotune.testing.landscapes import write_rows
+from autotune.testing.studies import replay_study
 
 # Four recorded repeats per cell, two per start: the baseline's two starts differ by 3.4% at
 # c=1 and 1.0% at c=4 (the spread); ngram N=1 and N=2 lie 1.3% apart at c=1 (a close call),
@@ -50,8 +51,8 @@ def store(db_path: Path) -> Store:
 
 
 def _create(store: Store, tmp_path: Path, rows, name: str = "replayed", **measurement) -> None:
-    land = write_landscape(tmp_path / f"{name}.csv", rows=rows)
-    data = study_data(land, name=name, measurement={**CONFIRMING, **measurement})
+    land = write_rows(tmp_path / f"{name}.csv", rows)
+    data = replay_study(land, name=name, measurement={**CONFIRMING, **measurement})
     api.create_study(store, data=data, source=str(land))
 
 
@@ -113,8 +114,8 @@ def test_a_clear_win_gets_no_confirmation_start(store, tmp_path):
 
 
 def test_off_by_default_on_replay_and_nothing_without_a_spread(store, tmp_path):
-    land = write_landscape(tmp_path / "l.csv", rows=CLOSE)
-    api.create_study(store, data=study_data(land, name="plain"), source=str(land))
+    land = write_rows(tmp_path / "l.csv", CLOSE)
+    api.create_study(store, data=replay_study(land, name="plain"), source=str(land))
     summary = api.run_study(store, "plain")
     assert [t.purpose for t in _trials(store, "plain")] == [None, None, None]
     assert summary.confirm_note == ""

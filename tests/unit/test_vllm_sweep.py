@@ -12,11 +12,12 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.vllm  # the reader loads the files with vLLM's own sweep code
-pytest.importorskip("vllm")
+pytest.importorskip("vllm")  # the reader loads the files with vLLM's own sweep code
 
 from autotune.engine.landscape import read_landscape
 from autotune.engine.vllm_sweep import read_vllm_sweep
+
+pytestmark = pytest.mark.vllm
 
 REPO = Path(__file__).resolve().parents[2]
 SWEEP = REPO / "tests" / "data" / "vllm-sweep" / "tiny-ngram"
