@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from autotune.engine.imported import SGLANG_BENCH, ImportedSweep
 from autotune.errors import SpecError
-from autotune.search.landscape_study import _knob_settings, _model_name
+from autotune.search.landscape_study import _model_name, method_entries
 from autotune.spec.methods import BASELINE
 
 if TYPE_CHECKING:
@@ -72,25 +72,18 @@ def read_sweep(
 def study_data(sweep: ImportedSweep, name: str) -> dict[str, Any]:
     """The study (as ``autotune.api.create_study(data=...)`` takes it) the sweep measured: its
     model, workloads, concurrency levels, methods with the N and knobs it ran, and its source."""
-    ns: dict[tuple[str, str | None], set[int]] = defaultdict(set)
-    knobs: dict[tuple[str, str | None], set[tuple[tuple[str, Any], ...]]] = defaultdict(set)
-    for r in sweep.runs:
-        c = r.config
-        if c.method != BASELINE:
-            ns[(c.method, c.draft)].add(c.num_speculative_tokens)
-            knobs[(c.method, c.draft)].add(tuple(sorted(c.method_params.items())))
-    methods = []
-    for (method, draft), values in sorted(ns.items(), key=lambda kv: (kv[0][0], kv[0][1] or "")):
-        for params in _knob_settings(knobs[(method, draft)], method, str(sweep.path)):
-            entry: dict[str, Any] = {
-                "method": method,
-                "num_speculative_tokens": {"min": min(values), "max": max(values)},
-            }
-            if draft is not None:
-                entry["draft"] = draft
-            if params:
-                entry["params"] = params
-            methods.append(entry)
+    methods = method_entries(
+        (
+            (
+                r.config.method,
+                r.config.draft,
+                r.config.num_speculative_tokens,
+                tuple(sorted(r.config.method_params.items())),
+            )
+            for r in sweep.runs
+        ),
+        str(sweep.path),
+    )
     return {
         "name": name,
         "description": f"imported from {sweep.tool} output {sweep.path}",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from collections import defaultdict
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -37,24 +38,9 @@ def study_from_landscape(
     points = read_landscape(path)
     workloads = list(dict.fromkeys(p.workload for p in points))
     concurrency = sorted({p.concurrency for p in points})
-    ns: dict[tuple[str, str | None], set[int]] = defaultdict(set)
-    knobs: dict[tuple[str, str | None], set[tuple[tuple[str, Any], ...]]] = defaultdict(set)
-    for p in points:
-        if p.method != "none":
-            ns[(p.method, p.draft)].add(p.num_speculative_tokens)
-            knobs[(p.method, p.draft)].add(p.params)
-    methods = []
-    for (method, draft), values in sorted(ns.items(), key=lambda kv: (kv[0][0], kv[0][1] or "")):
-        for params in _knob_settings(knobs[(method, draft)], method, str(path)):
-            entry: dict[str, Any] = {
-                "method": method,
-                "num_speculative_tokens": {"min": min(values), "max": max(values)},
-            }
-            if draft is not None:
-                entry["draft"] = draft
-            if params:
-                entry["params"] = params
-            methods.append(entry)
+    methods = method_entries(
+        ((p.method, p.draft, p.num_speculative_tokens, p.params) for p in points), str(path)
+    )
     recorded = len({p.repeat for p in points})
     return {
         "name": name,
@@ -111,3 +97,30 @@ def _model_name(model: str) -> str:
 
     found = load_catalog().find_by_model(model)
     return found[0] if found else model
+
+
+def method_entries(
+    configs: Iterable[tuple[str, str | None, int, tuple[tuple[str, Any], ...]]], source: str
+) -> list[dict[str, Any]]:
+    """The study's ``methods`` for recorded configs ``(method, draft, N, knobs)``: per (method,
+    draft), N from the smallest to the largest recorded, one entry per knob setting; the
+    baseline (``none``) is left out."""
+    ns: dict[tuple[str, str | None], set[int]] = defaultdict(set)
+    knobs: dict[tuple[str, str | None], set[tuple[tuple[str, Any], ...]]] = defaultdict(set)
+    for method, draft, n, params in configs:
+        if method != "none":
+            ns[(method, draft)].add(n)
+            knobs[(method, draft)].add(params)
+    methods = []
+    for (method, draft), values in sorted(ns.items(), key=lambda kv: (kv[0][0], kv[0][1] or "")):
+        for setting in _knob_settings(knobs[(method, draft)], method, source):
+            entry: dict[str, Any] = {
+                "method": method,
+                "num_speculative_tokens": {"min": min(values), "max": max(values)},
+            }
+            if draft is not None:
+                entry["draft"] = draft
+            if setting:
+                entry["params"] = setting
+            methods.append(entry)
+    return methods
