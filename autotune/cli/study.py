@@ -522,7 +522,7 @@ def _run(
         db = f"--db {shlex.quote(store.shown_url)} " if ctx.db else ""
         left = f"{summary.unmeasured} engine config{'s' if summary.unmeasured != 1 else ''}"
         click.echo(
-            f"wall budget spent after {summary.wall_seconds / 60:,.1f} min: {left} the search "
+            f"wall budget spent ({summary.wall_spent} elapsed): {left} the search "
             f"still plans left unmeasured; the recommendation is from what was measured; "
             f"autotune {db}study resume {shlex.quote(name)} continues (with a new wall budget)"
         )

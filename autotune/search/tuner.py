@@ -144,6 +144,9 @@ class RunSummary:
     """What confirmation found and cost, one line ("" when off)."""
     wall_seconds: float = 0.0
     """The run's wall time, from its start to its last config's end."""
+    wall_spent: str = ""
+    """When the wall budget stopped the run: the time elapsed at that decision, as the stop
+    reason shows it (``5.6 min``; autotune.search.wall_budget)."""
     unmeasured: int | None = None
     """When the wall budget stopped the run: the engine configs still to start (those the
     strategy plans and the drift check's second baseline run), which ``study resume`` starts."""
@@ -288,6 +291,7 @@ class Tuner:
         self.summary.confirm_wall_s = self.confirmer.wall_s
         self.summary.confirm_note = self.confirmer.note()
         self.summary.wall_seconds = self.wall.elapsed_s
+        self.summary.wall_spent = self.wall.spent()
         if isinstance(strategy, OptunaStrategy):
             self.summary.trials_skipped = strategy.repeated_proposals
         return self.summary

@@ -10,6 +10,12 @@ what the budget buys is the baseline first, then what the strategy ranks next.
 
 The budget is per run: ``study resume`` starts a new clock (the engine-config and engine-hour
 budgets, by contrast, count the whole study).
+
+One clock and one unit in what the run prints: the stop reason and the summary's "spent" line
+both show the time elapsed when the budget stopped the run (:attr:`WallBudget.decided_s`), in
+minutes (seconds for a budget under two minutes): ``wall budget (8 min): 5.6 min elapsed, next
+config needs ~2.4 min``. The configs still running finish after that, so the run itself ends
+later.
 """
 
 from __future__ import annotations
@@ -28,6 +34,8 @@ class WallBudget:
     started_at: float = field(init=False)
     durations: list[float] = field(default_factory=list)
     """Wall seconds of each config this run finished (complete or failed)."""
+    decided_s: float | None = None
+    """Seconds since the run began when :meth:`exceeded` first stopped it (None: it did not)."""
     _submitted: dict[int, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -49,6 +57,17 @@ class WallBudget:
         """The next config's expected wall time: the mean of this run's finished configs."""
         return sum(self.durations) / len(self.durations) if self.durations else None
 
+    def shown(self, seconds: float) -> str:
+        """A time in the budget's unit: ``5.6 min``, or ``26 s`` for a budget under 2 minutes."""
+        if self.minutes is not None and self.minutes < 2:
+            return f"{seconds:,.0f} s"
+        return f"{seconds / 60:,.1f} min"
+
+    def spent(self) -> str:
+        """The time elapsed when the budget stopped the run, as the stop reason shows it ("":
+        it did not stop the run)."""
+        return "" if self.decided_s is None else self.shown(self.decided_s)
+
     def exceeded(self) -> str:
         """Why no config may start now (the run's stop reason), or "" while one may."""
         if self.minutes is None:
@@ -56,12 +75,14 @@ class WallBudget:
         limit_s = self.minutes * 60
         elapsed = self.elapsed_s
         expected = self.expected_s()
-        shown = f"{self.minutes:g} wall-minutes"
+        budget = f"wall budget ({self.minutes:g} min)"
         if elapsed >= limit_s:
-            return f"budget: {shown} ({elapsed:,.0f} s elapsed)"
+            self.decided_s = elapsed
+            return f"{budget}: {self.shown(elapsed)} elapsed"
         if expected is not None and elapsed + expected > limit_s:
+            self.decided_s = elapsed
             return (
-                f"budget: {shown} ({elapsed:,.0f} s elapsed, the next config would take about "
-                f"{expected:,.0f} s more)"
+                f"{budget}: {self.shown(elapsed)} elapsed, next config needs "
+                f"~{self.shown(expected)}"
             )
         return ""

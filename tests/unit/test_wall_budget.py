@@ -6,6 +6,7 @@ engines sleep for their recorded times x a time scale, so the clock is the real 
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -82,7 +83,9 @@ def test_the_next_config_is_not_started_when_it_would_pass_the_budget() -> None:
     now[0] = 45.0
     wall.trial_finished(2)  # 20 s: the mean is 22.5 s
     assert wall.expected_s() == pytest.approx(22.5)
-    assert "the next config would take about 22 s more" in wall.exceeded()  # 45 + 22.5 > 60
+    # 45 + 22.5 > 60; one unit (seconds: a budget under 2 min), the decision time kept
+    assert wall.exceeded() == "wall budget (1 min): 45 s elapsed, next config needs ~22 s"
+    assert wall.decided_s == 45.0 and wall.spent() == "45 s"
     assert WallBudget(None, clock=lambda: now[0]).exceeded() == ""
 
 
@@ -91,7 +94,23 @@ def test_without_an_estimate_the_run_stops_once_the_budget_has_passed() -> None:
     wall = WallBudget(0.5, clock=lambda: now[0])
     wall.trial_started(1)  # still running at 31 s: nothing finished, nothing to estimate from
     now[0] = 31.0
-    assert wall.exceeded() == "budget: 0.5 wall-minutes (31 s elapsed)"
+    assert wall.exceeded() == "wall budget (0.5 min): 31 s elapsed"
+
+
+def test_the_stop_reason_and_the_spent_line_show_the_decision_time_in_minutes() -> None:
+    """One clock, one unit: what the stop reason says is what ``spent`` says afterwards, though
+    the configs still running go on (the run ends later)."""
+    now = [0.0]
+    wall = WallBudget(8.0, clock=lambda: now[0])
+    wall.trial_started(1)
+    now[0] = 146.0
+    wall.trial_finished(1)
+    now[0] = 335.0
+    assert wall.spent() == ""  # not stopped yet
+    reason = wall.exceeded()
+    assert reason == "wall budget (8 min): 5.6 min elapsed, next config needs ~2.4 min"
+    now[0] = 456.0  # the running configs finish
+    assert wall.spent() == "5.6 min" and wall.spent() in reason
 
 
 def test_the_run_stops_keeps_its_answer_and_resume_continues(tmp_path: Path, store: Store) -> None:
@@ -99,7 +118,8 @@ def test_the_run_stops_keeps_its_answer_and_resume_continues(tmp_path: Path, sto
     first = api.run_study(store, "walled", replay_time_scale=SCALE)
     # the baseline ran (there was no estimate); a second config would have passed the budget
     assert first.trials_run == 1
-    assert first.stop_reason.startswith(f"budget: {BUDGET_MIN:g} wall-minutes")
+    assert first.stop_reason.startswith(f"wall budget ({BUDGET_MIN:g} min): ")
+    assert first.wall_spent and f": {first.wall_spent} elapsed" in first.stop_reason
     assert first.unmeasured == 3  # the grid's three n-gram configs
     assert first.wall_seconds >= CONFIG_S
     record = store.get_study("walled")
@@ -135,7 +155,10 @@ def test_study_run_says_what_is_left_and_how_to_go_on(autotune, db_path: Path, t
     _create(Store(str(db_path)), tmp_path)
     run = autotune("study", "run", "walled", "--replay-time-scale", str(SCALE), "-q")
     assert run.exit_code == 0, run.stderr
-    assert "; stopped: budget: " in run.stdout
+    assert "; stopped: wall budget (" in run.stdout
+    spent = re.search(r": (\d+ s) elapsed, next config needs", run.stdout)
+    assert spent, run.stdout  # the same number on the summary's line
+    assert f"wall budget spent ({spent.group(1)} elapsed): 3 engine configs" in run.stdout
     assert "3 engine configs the search still plans left unmeasured" in run.stdout
     assert f"autotune --db sqlite:///{db_path} study resume walled continues" in run.stdout
     listed = autotune("study", "list", "--json")
