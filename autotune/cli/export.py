@@ -66,7 +66,8 @@ def export(
 
     --landscape: the CSV (format: docs/landscapes.md) replays through the `replay` engine:
     `autotune study create --landscape FILE` and `autotune bench search --landscape FILE`.
-    An existing file is overwritten only after a yes on a terminal, or with --force (off a
+    Measured p99 latencies are written as its p99_tpot_ms, p99_ttft_ms and p99_itl_ms columns,
+    so the replay is chosen under an SLO as the study was. An existing file is overwritten only after a yes on a terminal, or with --force (off a
     terminal it is refused, exit 2).
 
     --speculators-data: for a model with no draft, or a draft that accepts little, train one

@@ -216,15 +216,18 @@ def _params(text: str, method: str) -> tuple[tuple[str, Any], ...]:
 
 def write_landscape(path: Path, points: Iterable[LandscapePoint]) -> int:
     """Write points as a landscape CSV; returns the number of rows. The ``params`` column is
-    written only when some config has knobs, so files without any stay as they were."""
+    written only when some config has knobs, and the latency columns only when some point has
+    one (empty where a point has none), so files without any stay as they were."""
     points = list(points)
     with_params = any(p.params for p in points)
+    latency = [c for c in LATENCY_COLUMNS if any(getattr(p, c) is not None for p in points)]
     n = 0
     with path.open("w", newline="") as handle:
         writer = csv.writer(handle)
-        writer.writerow(COLUMNS + ((PARAMS,) if with_params else ()))
+        writer.writerow(COLUMNS + ((PARAMS,) if with_params else ()) + tuple(latency))
         for p in points:
             extra = [params_key(dict(p.params))] if with_params else []
+            extra += ["" if (v := getattr(p, c)) is None else f"{v:.3f}" for c in latency]
             writer.writerow(
                 [
                     p.model,

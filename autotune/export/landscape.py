@@ -1,5 +1,7 @@
 """A study's measurements written as a landscape CSV (docs/landscapes.md), so a real sweep can be
-replayed by the ``replay`` engine and the search benchmark."""
+replayed by the ``replay`` engine and the search benchmark. The measured p99 latencies go into
+the landscape's latency columns (``p99_tpot_ms``, ``p99_ttft_ms``, ``p99_itl_ms``, vLLM's
+spelling), so the replay is searched and chosen under the study's ``slo:`` as the original was."""
 
 from __future__ import annotations
 
@@ -39,6 +41,10 @@ def export_landscape(store: Store, study: str, path: Path) -> int:
             engine_start_s=r.engine_start_s or 0.0,
             measure_s=r.measure_s,
             params=tuple(knob_params(r.speculative_config).items()),
+            # the p99 latencies where measured: the exported landscape replays under an SLO
+            p99_tpot_ms=r.p99_tpot_ms,
+            p99_ttft_ms=r.p99_ttft_ms,
+            p99_itl_ms=r.p99_itl_ms,
         )
         for r in rows
     ]
