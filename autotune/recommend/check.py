@@ -167,12 +167,17 @@ def check(
         return CheckResult(False, stale, best, find(choice, deployed), None, True)
     score = find(choice, deployed)
     if score is None:
+        from autotune.recommend.deployed import deployed_label
         from autotune.recommend.normalize import differences
 
-        nearest = differences(deployed, [s.speculative_config for s in choice.ranked])
+        measured = [s.speculative_config for s in choice.ranked]
+        nearest = differences(deployed, measured)
+        # named apart from a measured config it would share its name with (a knob the study
+        # never varied): "ngram N=3 (prompt_lookup_max=1)" vs the recommended "ngram N=3"
+        name = deployed_label(deployed, measured, best.labels)
         return CheckResult(
             False,
-            f"the deployed config {label(deployed, best.labels)} ({speculative_json(deployed)}) "
+            f"the deployed config {name}, {speculative_json(deployed)}, "
             f"was never measured {where} in study {study!r}"
             + (f" ({nearest})" if nearest else "")
             + f"; the recommended config is {best.label()}: "

@@ -136,6 +136,7 @@ def check_measured(
     from autotune.datasets import prepare
     from autotune.recommend import check as gate
     from autotune.recommend.choose import baseline_drift, latest_digest
+    from autotune.recommend.deployed import deployed_label
     from autotune.recommend.normalize import key
     from autotune.verify.run import engine_config
 
@@ -240,7 +241,8 @@ def check_measured(
         study=rec.study.name,
         model=rec.model_alias or rec.model,
         workload=workload,
-        label=gate.label(deployed),
+        # named apart from the study's config of the same name (autotune.recommend.deployed)
+        label=deployed_label(deployed, [t.speculative_config for t in trials]),
         speculative_config=dict(deployed),
         reference_label=(
             f"{ref_trial.method} N={ref_trial.num_speculative_tokens}"

@@ -62,6 +62,8 @@ def test_check_measure_fails_on_a_config_that_accepts_less(
     assert data["passed"] is False and data["acceptance"]["passed"] is False
     assert data["acceptance"]["fell"], data["acceptance"]
     assert data["speedup"] is None  # --acceptance-only: no baseline started
+    study_name = data["reference_label"].removesuffix(" (nearest measured)")
+    assert data["label"].startswith(f"{study_name} (prompt_lookup_")  # named apart from it
     last = err.strip().splitlines()[-1]
     assert "acceptance fell more than 5% at position" in last
     stored = verifying.check_history_lines(
