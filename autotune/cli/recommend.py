@@ -194,7 +194,7 @@ def recommend(
     Example:
       autotune recommend --model tiny --workload code --traffic 1:0.2,4:0.5,8:0.3
       autotune recommend --model kimi --workload code
-      autotune recommend --model tiny --workload code --concurrency 8 --slo-itl-p99 20
+      autotune recommend --model tiny --workload code --concurrency 8 --slo-p99-itl-ms 20
       autotune recommend --model tiny --workload code --concurrency 4 --format args
       autotune recommend --model tiny --workload code --context 512 --explain
     """

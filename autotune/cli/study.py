@@ -511,10 +511,13 @@ def _run(
             "no other config is started without it (autotune study show "
             f"{shlex.quote(name)} lists the trials)"
         )
+    # "done:" when the search finished (the study reads done), "stopped:" when a budget or
+    # --max-configs cut it short (the study reads "stopped: ..."): the word its status has
+    ended = "done" if store.get_study(name).status == "done" else "stopped"
     click.echo(
         f"{summary.trials_run} engine configs measured, {summary.trials_failed} failed, "
         f"{summary.measurements} measurements, {summary.engine_seconds:,.0f} engine-seconds"
-        + (f"; stopped: {summary.stop_reason}" if summary.stop_reason else "")
+        + (f"; {ended}: {summary.stop_reason}" if summary.stop_reason else "")
     )
     if summary.confirm_note:  # what confirmation across engine starts found and cost
         click.echo(summary.confirm_note)
