@@ -403,7 +403,7 @@ class Recommendation:
                     "config": o.label(),
                     "speculative_config": o.speculative_config,
                     "diff_pct": round(100.0 * (o.median_tok_s / t.best.median_tok_s - 1.0), 3),
-                    "within_pct": round(t.best.tie_pct(o), 3),
+                    **t.best.tie_interval(o).as_json(),  # within_pct, or undecided
                 }
                 for t in self.ties
                 for o in t.tied_with
@@ -461,16 +461,15 @@ def recommend(
     against the study's ``measurement.max_spread_pct`` (``low_confidence_levels``).
     """
     from autotune.recommend.choose import (
-        choose,
         choose_overall,
         neighbour_weights,
         traffic_weights,
     )
     from autotune.recommend.slo import (
         NoConfigMeetsSLO,
-        choose_goodput,
+        answers_by_goodput,
+        choose_level,
         choose_overall_slo,
-        choose_slo,
         study_slo,
     )
 
@@ -494,18 +493,10 @@ def recommend(
     resolved = ResolvedStudy.from_json(record.resolved_json)
     slo = slo if slo else study_slo(resolved.spec, workload)
 
-    # vLLM's goodput judges TTFT and TPOT only: an ITL-only SLO is chosen by choose_slo.
-    goodput = resolved.spec.objective == "goodput" and (
-        slo.p99_tpot_ms is not None or slo.p99_ttft_ms is not None
-    )
+    goodput = answers_by_goodput(resolved.spec, slo)
 
-    def at(level: int) -> Any:
-        if goodput:  # rank by requests/s that met the SLO (vLLM's goodput)
-            return choose_goodput(rows, workload, level, slo)
-        if not slo:
-            return choose(rows, workload, level)
-        under = choose_slo(rows, workload, level, slo)
-        return None if under is None else under.as_choice()
+    def at(level: int) -> Any:  # the one rule confirmation judges by too (choose_level)
+        return choose_level(rows, workload, level, slo, goodput)
 
     per_level = []
     for lv in levels:

@@ -29,7 +29,9 @@ usual preference picks the answer (no speculation first, then the smaller N, the
 model), so a drafter that ties with the baseline answers "off": its speedup is not established,
 and off costs nothing to deploy. A tie is not in itself low-confidence (the answer is the
 preferred one of equivalent configs); its own line says so. Configs without measured noise
-(a single run, or identical runs, on both sides) never tie.
+(a single run, or identical runs, on both sides) never tie. An interval wider than ±100%
+(:data:`STATABLE_PCT`; two very noisy runs a side) is not printed as a number: the tie is
+stated *undecided*, with the repeats and spread that made it so (:class:`RatioInterval`).
 
 A level is *degenerate* (``Choice.degenerate``) when most of its replies ended in a repeating
 loop (:mod:`autotune.engine.degeneracy`): drafts are accepted on loops, so its winner was decided
@@ -42,7 +44,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -136,6 +138,16 @@ class ConfigScore:
         """The combined uncertainty of the two medians' ratio, ± percent."""
         return 100.0 * (math.exp(math.hypot(self.ci_log, other.ci_log)) - 1.0)
 
+    def tie_interval(self, other: ConfigScore) -> RatioInterval:
+        """:meth:`tie_pct` with what it rests on (repeats, spreads), stated or undecided."""
+        noisier = 0 if self.ci_log >= other.ci_log else 1
+        return RatioInterval(
+            halfwidth_pct=self.tie_pct(other),
+            repeats=(self.repeats, other.repeats),
+            spread_pct=(self.spread_pct, other.spread_pct),
+            noisier=noisier,
+        )
+
     def within_noise(self, other: ConfigScore) -> bool:
         """Whether the noise intervals (median ± 1.4826·MAD) of ``self`` and ``other`` overlap,
         so their order is not established by the repeats; False when neither has measured
@@ -144,6 +156,59 @@ class ConfigScore:
             return False
         lo, hi = (self, other) if self.median_tok_s <= other.median_tok_s else (other, self)
         return lo.median_tok_s + lo.noise_tok_s >= hi.median_tok_s - hi.noise_tok_s
+
+
+STATABLE_PCT = 100.0
+"""The widest half-width, in percent of the value, at which the 95% interval of a ratio of
+medians is printed as a number. Past it the interval spans more than halving to doubling, which
+bounds nothing a choice between two configs can use (two runs spreading 104% give ±308,880%:
+the t quantile is 12.7 at two runs, so two runs spreading more than about 11% are past it), and
+the comparison is reported *undecided* with what made it so, the repeats and their spread."""
+
+
+@dataclass(frozen=True)
+class RatioInterval:
+    """The 95% interval of the ratio of two configs' medians (:meth:`ConfigScore.tie_interval`)."""
+
+    halfwidth_pct: float
+    """± percent (``ConfigScore.tie_pct``); ``inf`` when a side has no usable interval."""
+    repeats: tuple[int, int]
+    spread_pct: tuple[float, float]
+    """Each side's (max - min) / median over its repeats, in percent."""
+    noisier: int
+    """The side (0 or 1) whose own interval is the wider: the one the undecided text names."""
+
+    @property
+    def undecided(self) -> bool:
+        """Whether the interval is too wide to state (over :data:`STATABLE_PCT`)."""
+        return not math.isfinite(self.halfwidth_pct) or self.halfwidth_pct > STATABLE_PCT
+
+    @property
+    def why(self) -> str:
+        """What makes it undecided: the noisier side's ``n=2, repeats spread 104.4%``."""
+        i = self.noisier
+        return f"n={self.repeats[i]}, repeats spread {self.spread_pct[i]:.1f}%"
+
+    def text(self) -> str:
+        """``within ±4.2%``, or ``undecided (n=2, repeats spread 104.4%)``."""
+        if not self.undecided:
+            return f"within ±{self.halfwidth_pct:.1f}%"
+        return f"undecided ({self.why})"
+
+    def cell(self) -> str:
+        """The table cell: the half-width, or ``undecided``."""
+        return "undecided" if self.undecided else f"{self.halfwidth_pct:.1f}"
+
+    def as_json(self) -> dict[str, Any]:
+        """``within_pct`` (null when undecided), ``undecided`` and the raw numbers."""
+        raw = self.halfwidth_pct
+        return {
+            "within_pct": None if self.undecided else round(raw, 3),
+            "undecided": self.undecided,
+            "halfwidth_pct": round(raw, 3) if math.isfinite(raw) else None,
+            "repeats": list(self.repeats),
+            "spread_pct": [round(s, 3) for s in self.spread_pct],
+        }
 
 
 @dataclass(frozen=True)
@@ -201,8 +266,8 @@ class Choice:
     def tie_line(self) -> str:
         """The stderr note for a tie (after ``note: ``)."""
         others = ", ".join(
-            f"{o.label()} (margin {_diff(self.best.median_tok_s, o.median_tok_s)}, within "
-            f"±{self.best.tie_pct(o):.1f}%)"
+            f"{o.label()} (margin {_diff(self.best.median_tok_s, o.median_tok_s)}, "
+            f"{_tie_words(self.best.tie_interval(o))})"
             for o in self.tied_with
         )
         return (
@@ -210,6 +275,16 @@ class Choice:
             f"({self.best.median_tok_s:,.1f} tok/s) vs {others}, 95% intervals of the median "
             f"ratio; answering the preferred {self.best.label()}"
         )
+
+    def tie_cell(self) -> str:
+        """`--explain`'s ``tie ±%`` cell: the widest interval the answer is tied within, or
+        ``undecided`` (:class:`RatioInterval`); ``-`` when the level is no tie."""
+        widest = max(
+            (self.best.tie_interval(o) for o in self.tied_with),
+            key=lambda i: i.halfwidth_pct,
+            default=None,
+        )
+        return "-" if widest is None else widest.cell()
 
     @property
     def speedup(self) -> float | None:
@@ -302,6 +377,10 @@ def median_ci_halfwidth_pct(throughputs: Sequence[float]) -> float:
     half = float(stdtrit(n - 1, 0.5 + CONFIDENCE / 2)) * sd / math.sqrt(n)
     # The interval is asymmetric on the linear scale; report its wider side.
     return 100.0 * (math.exp(half) - 1.0)
+
+
+def _tie_words(interval: RatioInterval) -> str:
+    return f"undecided: {interval.why}" if interval.undecided else interval.text()
 
 
 def _diff(value: float, reference: float) -> str:
@@ -498,8 +577,12 @@ class Drift:
         )
 
 
-def baseline_drift(rows: Sequence[MeasuredRow]) -> list[Drift]:
-    """Every level where the baseline ran twice (current prompt sets only), sorted."""
+def baseline_drift(
+    rows: Sequence[MeasuredRow], value: Callable[[MeasuredRow], float | None] | None = None
+) -> list[Drift]:
+    """Every level where the baseline ran twice (current prompt sets only), sorted; by output
+    throughput, or by ``value`` per measurement (a study's objective: None leaves a measurement
+    out)."""
     out = []
     for workload, concurrency in cells(rows):
         digest = latest_digest(rows, workload)
@@ -508,13 +591,15 @@ def baseline_drift(rows: Sequence[MeasuredRow]) -> list[Drift]:
             for r in rows
             if (r.workload, r.concurrency, r.workload_digest) == (workload, concurrency, digest)
         ]
-        runs = _baseline_runs(cell)
+        runs = _baseline_runs(cell, value)
         if len(runs) > 1:
             out.append(Drift(workload, concurrency, runs))
     return out
 
 
-def _baseline_runs(cell: Sequence[MeasuredRow]) -> tuple[float, ...]:
+def _baseline_runs(
+    cell: Sequence[MeasuredRow], value: Callable[[MeasuredRow], float | None] | None = None
+) -> tuple[float, ...]:
     """The baseline's median throughput in each trial that measured it at this cell, oldest
     trial first (two with the drift check). A confirmation start of the baseline
     (:mod:`autotune.search.confirm`) is left out: the drift stays the one the drift check
@@ -523,7 +608,9 @@ def _baseline_runs(cell: Sequence[MeasuredRow]) -> tuple[float, ...]:
     by_trial: dict[int, list[float]] = defaultdict(list)
     for r in cell:
         if r.speculative_config is None and getattr(r, "purpose", None) != "confirm":
-            by_trial[r.trial_id].append(r.output_throughput_tok_s)
+            v = r.output_throughput_tok_s if value is None else value(r)
+            if v is not None:
+                by_trial[r.trial_id].append(v)
     return tuple(statistics.median(by_trial[t]) for t in sorted(by_trial))
 
 

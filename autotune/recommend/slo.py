@@ -372,3 +372,26 @@ def choose_goodput(
         ranked=ranked,
         screened=plain.screened,
     )
+
+
+def answers_by_goodput(spec: StudySpec, slo: SLO) -> bool:
+    """Whether a level of the study is answered by goodput: ``objective: goodput`` under an SLO
+    that vLLM's goodput judges (TTFT or TPOT; an ITL-only SLO is chosen by :func:`choose_slo`)."""
+    return spec.objective == "goodput" and (
+        slo.p99_tpot_ms is not None or slo.p99_ttft_ms is not None
+    )
+
+
+def choose_level(
+    rows: Sequence[MeasuredRow], workload: str, concurrency: int, slo: SLO, goodput: bool
+) -> Choice | None:
+    """The answer at one level, as ``recommend`` gives it (and confirmation judges it): by
+    goodput (``goodput``, :func:`answers_by_goodput`), else the best throughput among the configs
+    meeting ``slo``, else (an empty SLO) the plain choice. Raises :class:`NoConfigMeetsSLO` when
+    no config meets the SLO; None when nothing was measured there."""
+    if goodput:
+        return choose_goodput(rows, workload, concurrency, slo)
+    if not slo:
+        return choose(rows, workload, concurrency)
+    under = choose_slo(rows, workload, concurrency, slo)
+    return None if under is None else under.as_choice()

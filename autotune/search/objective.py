@@ -44,6 +44,18 @@ def study_objective(
     return objective_value
 
 
+def measurement_value(
+    spec: StudySpec,
+) -> Callable[[Measurement | MeasurementRecord], float | None]:
+    """One measurement's worth under the study's ``objective``: its output throughput, or under
+    ``goodput`` its requests/s that met the workload's SLO (None: no per-request latencies)."""
+    if spec.objective != "goodput":
+        return lambda m: m.output_throughput_tok_s
+    from autotune.recommend.slo import measurement_goodput, study_slo
+
+    return lambda m: measurement_goodput(m, study_slo(spec, m.workload))
+
+
 def goodput_value(
     measurements: Sequence[Measurement | MeasurementRecord], spec: StudySpec
 ) -> float:
@@ -52,11 +64,10 @@ def goodput_value(
     :func:`autotune.recommend.slo.good_requests`). A level where no request met the SLO makes
     the value 0: under an SLO a config that fails somewhere measured is not a candidate there.
     Measurements without per-request latencies (stored before schema 4) do not count."""
-    from autotune.recommend.slo import measurement_goodput, study_slo
-
+    value = measurement_value(spec)
     cells: dict[tuple[str, int], list[float]] = defaultdict(list)
     for m in measurements:
-        g = measurement_goodput(m, study_slo(spec, m.workload))
+        g = value(m)
         if g is not None:
             cells[(m.workload, m.concurrency)].append(g)
     medians = [statistics.median(v) for v in cells.values()]

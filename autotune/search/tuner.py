@@ -20,7 +20,9 @@ by counting the baseline's finished trials.
 
 Confirmation (:mod:`autotune.search.confirm`) comes after the drift check: the close calls'
 winners and rivals are started once more each (trials tagged ``confirm``, handled like the drift
-check's second baseline), and once one has run the strategy is not asked again.
+check's second baseline), and once one has run the strategy is not asked again. A pair starts
+only when the budgets allow both its starts (``confirm.Budget``); a begun pair is finished
+whatever the budget then says (``Confirmer.owes``).
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ from autotune.engine._base import (
     PreparedWorkload,
 )
 from autotune.errors import SpecError, StoreError
-from autotune.search.confirm import CONFIRM, Confirmer, Step, confirm_cell
+from autotune.search.confirm import CONFIRM, Budget, Confirmer, Step, confirm_cell
 from autotune.search.objective import (
     level_medians,
     metric_name,
@@ -230,6 +232,7 @@ class Tuner:
 
     def run(self, max_configs: int | None = None) -> RunSummary:
         self.wall = WallBudget(self.study.spec.budget.max_wall_minutes)
+        self._max_configs = max_configs
         strategy = self._open()
         job = self._job_template()
         pool = self.pool_factory(self.study)
@@ -244,7 +247,8 @@ class Tuner:
                 if not stop and self.summary.baseline_failure is not None:
                     why = self.summary.baseline_failure
                     stop, status = f"the baseline could not start: {why}", "stopped: baseline"
-                if not stop:
+                # A confirmation pair whose first start has begun is finished whole.
+                if not stop and not self.confirmer.owes(self._measurements):
                     stop, status = self._budget_hit(max_configs)
                 free = pool.slots - pool.busy
                 # The strategy sees finished trials only: ask again once one finished or a
@@ -263,6 +267,8 @@ class Tuner:
                         self._submit(pool, job, drift, strategy, drift=True)
                     elif not proposals and not confirm and not self.inflight:
                         stop, status = strategy.reason or "nothing left to measure", "done"
+                        if self.confirmer.stop[0]:  # the budget skipped a confirmation pair
+                            stop, status = self.confirmer.stop
                 if stop and not self.inflight:
                     break
                 for event in pool.poll(timeout_s=1.0):
@@ -497,7 +503,22 @@ class Tuner:
         """The confirmation starts to submit now: none while a search or drift trial runs."""
         if not self.confirmer.enabled or any(not t.confirm for t in self.inflight.values()):
             return []
-        return self.confirmer.due(self.store.measurements(study=self.record.name), free)
+        b = self.study.spec.budget
+        budget = Budget(  # what is left, so a pair starts only when both its starts fit
+            started=self.started,
+            run_started=self.summary.trials_started,
+            engine_seconds=self.engine_seconds,
+            finished=sum(self.runs_of.values()),
+            max_configs=self._max_configs,
+            max_engine_configs=b.max_engine_configs,
+            max_engine_hours=b.max_engine_hours,
+            wall=self.wall,
+            wall_status=WALL_BUDGET_STATUS,
+        )
+        return self.confirmer.due(self._measurements(), free, budget)
+
+    def _measurements(self) -> list[MeasurementRecord]:
+        return self.store.measurements(study=self.record.name)
 
     def _job_template(self) -> Callable[..., TrialJob]:
         """A TrialJob with everything but the trial, its config and its cell plan."""
@@ -551,7 +572,7 @@ class Tuner:
             and self.runs_of[base.key()] < 2
             and not (base.key() in self.done and self.done[base.key()] is None)  # failed
         )
-        return max(0, planned - len(self.done)) + int(drift)
+        return max(0, planned - len(self.done)) + int(drift) + self.confirmer.left()
 
     def _prepare_workloads(self) -> list[PreparedWorkload]:
         study = self.study
