@@ -67,7 +67,9 @@ def create_study(
         spec = validate(StudySpec, dict(data), source)
     else:
         raise SpecError("give a study file or --model/--workload", source="study create")
-    resolved = resolve_study(spec, source)
+    from autotune.engine.resolution import engine_facts
+
+    resolved = resolve_study(spec, source, engine=engine_facts())
     from autotune.datasets._base import check_study_sources
     from autotune.datasets.study import build_context_buckets, check_prompts
     from autotune.search.space import validate_study

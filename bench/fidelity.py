@@ -51,6 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
 
     from autotune.engine._base import EngineConfig, MeasureSettings
+    from autotune.engine.resolution import engine_facts
     from autotune.engine.vllm import VLLMEngine
     from autotune.spec.loader import resolve_study, validate
     from autotune.spec.study import StudySpec
@@ -76,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         },
         "bench/fidelity.py",
     )
-    resolved = resolve_study(study, "bench/fidelity.py")
+    resolved = resolve_study(study, "bench/fidelity.py", engine=engine_facts())
     workload = prepare_study_workload(resolved, args.workload)
     settings = MeasureSettings(requests_per_concurrency=args.requests_per_concurrency)
     params = {k: v for k, v in spec.items() if k not in ("method", "num_speculative_tokens")}

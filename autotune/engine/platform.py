@@ -6,6 +6,7 @@ is the CPU.
 
 from __future__ import annotations
 
+import functools
 import os
 import platform as _pyplatform
 import re
@@ -103,6 +104,13 @@ def device_key(device_name: str) -> str | None:
     "NVIDIA H200" -> "h200"; None when the name has no model number (CPUs)."""
     found = _DEVICE_KEY.search(device_name.lower())
     return found.group(1) if found else None
+
+
+@functools.cache
+def detected_device_key() -> str | None:
+    """The catalog key of this host's first GPU (None on a CPU), detected once per process."""
+    name = detect_device_name()
+    return device_key(name) if name else None
 
 
 def detect_device_name(runtime: str | None = None) -> str | None:

@@ -81,10 +81,10 @@ def server_argv(kwargs: Mapping[str, Any], port: int) -> list[str]:
 
 def engine_kwargs(config: EngineConfig, seed: int = 0) -> dict[str, Any]:
     """What the harness would pass to ``AsyncEngineArgs`` for ``config`` on this machine."""
+    from autotune.engine.platform import gpu_runtime
     from autotune.engine.vllm import build_engine_kwargs
-    from autotune.spec.loader import current_platform
 
-    return build_engine_kwargs(config, platform=current_platform(), seed=seed)
+    return build_engine_kwargs(config, platform=gpu_runtime(), seed=seed)
 
 
 class Server:

@@ -152,11 +152,13 @@ def _default_name(sweep: ImportedSweep) -> str:
 
 def write_study(store: Store, sweep: ImportedSweep, name: str, replace: bool) -> StudyRecord:
     """Create the study and one complete trial per engine config, holding its lease."""
+    from autotune.engine.resolution import engine_facts
     from autotune.spec.loader import resolve_study, validate
     from autotune.spec.study import StudySpec
 
     source = str(sweep.path)
-    resolved = resolve_study(validate(StudySpec, study_data(sweep, name), source), source)
+    spec = validate(StudySpec, study_data(sweep, name), source)
+    resolved = resolve_study(spec, source, engine=engine_facts())
     info = sweep.engine_info()
     by_config: dict[str, list[Any]] = defaultdict(list)
     for r in sweep.runs:

@@ -141,9 +141,13 @@ class SearchSpace:
 
 
 def validate_study(resolved: ResolvedStudy, source: str) -> None:
-    """Refuse a study whose configs vLLM's ``SpeculativeConfig`` would refuse
-    (:func:`autotune.engine.vllm_checks.check_configs`), before anything is stored. Runs at
-    ``study create`` so that read-only commands never import vLLM."""
+    """Refuse a study the engine would refuse, before anything is stored: a replay study whose
+    landscape lacks its workloads (:func:`autotune.engine.resolution.check_study`), configs
+    vLLM's ``SpeculativeConfig`` would refuse (:func:`autotune.engine.vllm_checks.check_configs`).
+    Runs at ``study create`` so that read-only commands never import vLLM."""
+    from autotune.engine.resolution import check_study
+
+    check_study(resolved, source)
     if resolved.spec.engine.kind == "replay":
         return  # a replayed landscape never starts an engine: nothing for vLLM to refuse
     from autotune.engine.vllm_checks import check_configs

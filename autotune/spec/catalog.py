@@ -190,15 +190,6 @@ def tensor_parallel_for(tp: dict[str, int], platform: str, device: str | None = 
 
 
 @functools.cache
-def detected_device_key() -> str | None:
-    """The catalog key of this host's first GPU (None on a CPU), detected once per process."""
-    from autotune.engine.platform import detect_device_name, device_key
-
-    name = detect_device_name()
-    return device_key(name) if name else None
-
-
-@functools.cache
 def load_catalog() -> Catalog:
     """The catalog shipped with the package (cached)."""
     return parse_catalog(resources.files("autotune.catalog").joinpath("models.yaml").read_text())

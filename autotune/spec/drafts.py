@@ -4,8 +4,10 @@ A block drafter's N is fixed by how it was trained, and the only place that says
 draft's own ``config.json``. It may sit in a local directory (the draft given as a path) or in
 the Hugging Face hub cache (the draft given as ``org/name`` and downloaded before), so both are
 read: a path first, then the hub cache under ``$HF_HUB_CACHE`` (or ``$HF_HOME/hub``, or
-``~/.cache/huggingface/hub``), through ``huggingface_hub.try_to_load_from_cache``, which follows
-the cache's ``refs/`` to the snapshot the revision points at. Nothing is downloaded.
+``~/.cache/huggingface/hub``), following the cache's ``refs/`` to the snapshot the revision
+points at as ``huggingface_hub.try_to_load_from_cache`` does. Nothing is downloaded; the package
+itself is not imported (the bottom layer imports only pydantic and yaml, and autotune's base
+install does not bring it).
 """
 
 from __future__ import annotations
@@ -45,11 +47,30 @@ def find_config(ref: str | None, revision: str | None = None) -> Path | None:
         return path if path.is_file() else None
     if not _looks_like_repo_id(ref):
         return None
-    from huggingface_hub import try_to_load_from_cache
+    return hub_cached(ref, "config.json", revision)
 
-    found = try_to_load_from_cache(ref, "config.json", cache_dir=hub_cache_dir(), revision=revision)
-    # A str is the cached file; None (never fetched) and _CACHED_NO_EXIST are not.
-    return Path(found) if isinstance(found, str) else None
+
+def hub_cached(repo_id: str, filename: str, revision: str | None = None) -> Path | None:
+    """``filename`` of model ``repo_id`` in the hub cache, found as
+    ``huggingface_hub.try_to_load_from_cache`` finds it, through the cache's documented layout
+    (huggingface.co/docs/huggingface_hub/guides/manage-cache): ``refs/REVISION`` names the
+    commit, ``snapshots/COMMIT/FILE`` is the file, ``.no_exist/COMMIT/FILE`` records its absence.
+    None when it is not cached."""
+    repo = hub_cache_dir() / f"models--{repo_id.replace('/', '--')}"
+    commit = revision or "main"
+    ref = repo / "refs" / commit
+    if ref.is_file():
+        try:
+            with ref.open(encoding="utf-8", errors="replace") as f:
+                commit = f.read(256).strip()  # a 40-hex commit id
+        except OSError:
+            return None
+    if not commit or commit in (".", "..") or "/" in commit or os.sep in commit:
+        return None
+    if (repo / ".no_exist" / commit / filename).is_file():
+        return None
+    path = repo / "snapshots" / commit / filename
+    return path if path.is_file() else None
 
 
 def read_config(ref: str | None, revision: str | None = None) -> tuple[dict[str, Any], Path] | None:

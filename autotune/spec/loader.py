@@ -2,6 +2,9 @@
 
 Every problem becomes one :class:`SpecError` line naming the file and the field, e.g.
 ``studies/x.yaml: methods.0.num_speculative_tokens.max: Input should be less than or equal to 15``.
+What resolution knows of the engine and the host comes in as :class:`EngineFacts`, built by the
+layers above; the checks that need the engine's own readers (a replayed landscape's rows) run
+there too (``autotune.engine.resolution``).
 """
 
 from __future__ import annotations
@@ -18,9 +21,10 @@ from pydantic import BaseModel, Field, ValidationError
 
 from autotune.errors import SpecError
 from autotune.spec._base import StrictModel
-from autotune.spec.catalog import detected_device_key, load_catalog, tensor_parallel_for
+from autotune.spec.catalog import load_catalog, tensor_parallel_for
 from autotune.spec.context import base_workload, bucket_name
 from autotune.spec.drafts import block_draft, unknown_block_reason
+from autotune.spec.engine_facts import EngineFacts
 from autotune.spec.knobs import check_params, cpu_warnings
 from autotune.spec.methods import METHODS, RuleContext, check, dspark_n, max_n
 from autotune.spec.reading import MAX_SPEC_BYTES, excerpt, read_text, regular_file
@@ -267,20 +271,25 @@ class ResolvedStudy(StrictModel):
         return cls.model_validate_json(text)
 
 
-def current_platform() -> str:
-    """rocm, cuda or cpu, without importing torch (``AUTOTUNE_PLATFORM`` overrides)."""
-    from autotune.engine.platform import gpu_runtime
-
-    return gpu_runtime()
-
-
 def load_study_file(path: Path) -> StudySpec:
     return validate(StudySpec, load_yaml(path), display_path(path))
 
 
-def resolve_study(spec: StudySpec, source: str, platform: str | None = None) -> ResolvedStudy:
-    """Apply the catalog and the method rules; raise SpecError on the first broken rule."""
-    platform = platform or current_platform()
+def resolve_study(
+    spec: StudySpec,
+    source: str,
+    platform: str | None = None,
+    engine: EngineFacts | None = None,
+) -> ResolvedStudy:
+    """Apply the catalog and the method rules; raise SpecError on the first broken rule.
+
+    ``engine`` is what the layers above know of the engine and this host
+    (``autotune.engine.resolution.engine_facts()``: what ``study create`` passes); without it
+    the study is resolved from its YAML alone (:class:`EngineFacts`' defaults). ``platform``
+    resolves for another platform than the facts' (the host's device is then not used).
+    """
+    engine = engine if engine is not None else EngineFacts()
+    platform = platform or engine.platform
     catalog = load_catalog()
     found = catalog.resolve(spec.model.name)
     if found is None and _looks_like_alias(spec.model.name):
@@ -294,12 +303,12 @@ def resolve_study(spec: StudySpec, source: str, platform: str | None = None) -> 
 
     model = entry.model if entry else spec.model.name
     tp = spec.model.tensor_parallel_size or (
-        _catalog_tp(entry.tensor_parallel_size, platform) if entry else 1
+        _catalog_tp(entry.tensor_parallel_size, platform, engine) if entry else 1
     )
-    check_engine_args(spec.model.engine_args, source)
+    check_engine_args(spec.model.engine_args, source, engine)
     trust, trust_by = _trust_remote_code(spec, alias, entry)
     # The environment needs the study's own consent: the catalog's covers the model's code only.
-    check_env(spec.model.env, source, trusted=spec.trust_remote_code)
+    check_env(spec.model.env, source, trusted=spec.trust_remote_code, engine=engine)
     engine_args = {**(entry.engine_args if entry else {}), **spec.model.engine_args}
     if trust:
         engine_args["trust_remote_code"] = True
@@ -410,24 +419,11 @@ def resolve_study(spec: StudySpec, source: str, platform: str | None = None) -> 
     workloads: dict[str, ResolvedWorkload] = {}
     landscape: Path | None = None
     if spec.engine.kind == "replay":
-        # A replayed study's workloads are the landscape's names, not workload files.
-        landscape = Path(spec.engine.landscape)
-        if not landscape.is_absolute():
-            landscape = Path(source).parent / landscape
+        # A replayed study's workloads are the landscape's names, not workload files; that
+        # they are its names is checked by the engine's reader (autotune.engine.resolution).
+        landscape = landscape_path(spec.engine.landscape, source)
         if not landscape.is_file():
             raise SpecError("landscape file not found", source=source, field="engine.landscape")
-        # Checked now, not at `run`: a bad landscape would leave a trial stuck running.
-        from autotune.engine.landscape import read_landscape
-
-        recorded = {p.workload for p in read_landscape(landscape)}
-        for i, name in enumerate(spec.workloads):
-            if name not in recorded:
-                raise SpecError(
-                    f"{excerpt(name)!r} is not a workload of the landscape "
-                    f"(it has: {excerpt(', '.join(sorted(recorded)), 200)})",
-                    source=source,
-                    field=f"workloads.{i}",
-                )
     elif spec.engine.kind == "imported":
         pass  # an imported sweep's workloads are the names it recorded (autotune import)
     else:
@@ -455,6 +451,13 @@ def resolve_study(spec: StudySpec, source: str, platform: str | None = None) -> 
         trust_remote_code=trust,
         trust_remote_code_by=trust_by,
     )
+
+
+def landscape_path(landscape: str, source: str) -> Path:
+    """A replay study's ``engine.landscape`` as a path: a relative one is under the folder of
+    the study file ``source``."""
+    path = Path(landscape)
+    return path if path.is_absolute() else Path(source).parent / path
 
 
 def _check_context_lengths(
@@ -607,28 +610,25 @@ SAFE_ENV = frozenset(
 """Variables (besides vLLM's own) that change no code the engine runs, only how it runs."""
 
 
-def safe_env(name: str) -> bool:
+def safe_env(name: str, engine: EngineFacts | None = None) -> bool:
     """Whether ``name`` may be set in ``model.env`` without consent: one of :data:`SAFE_ENV`,
-    or a variable the installed vLLM reads that loads no code."""
-    from autotune.engine.vllm_checks import vllm_env_names
-
+    or a variable the installed vLLM reads (``engine.env_names``) that loads no code."""
     if name in CODE_LOADING_ENV or name in VLLM_CODE_LOADING_ENV:
         return False
-    return name in SAFE_ENV or name in vllm_env_names()
+    known = (engine if engine is not None else EngineFacts()).env_names
+    return name in SAFE_ENV or name in known()
 
 
-def check_engine_args(args: dict[str, Any], source: str) -> None:
+def check_engine_args(args: dict[str, Any], source: str, engine: EngineFacts | None = None) -> None:
     """Refuse engine args autotune sets itself, ``trust_remote_code`` (a top-level consent),
-    values that are not plain JSON, and names that are not fields of vLLM's ``EngineArgs``."""
-    from autotune.engine.vllm import RESERVED_ENGINE_ARGS
-    from autotune.engine.vllm_checks import vllm_engine_arg_names
-
+    values that are not plain JSON, and names that are not fields of vLLM's ``EngineArgs``
+    (as ``engine`` knows them)."""
+    engine = engine if engine is not None else EngineFacts()
+    reserved = engine.reserved_engine_args
     for key, value in args.items():
         field = f"model.engine_args.{key}"
-        if key in RESERVED_ENGINE_ARGS:
-            raise SpecError(
-                f"set by autotune itself ({RESERVED_ENGINE_ARGS[key]})", source=source, field=field
-            )
+        if key in reserved:
+            raise SpecError(f"set by autotune itself ({reserved[key]})", source=source, field=field)
         if key == "trust_remote_code":
             raise SpecError(
                 "set trust_remote_code: true at the top level of the study, not in engine_args",
@@ -647,7 +647,7 @@ def check_engine_args(args: dict[str, Any], source: str) -> None:
             source=source,
             field="model.engine_args",
         )
-    known = vllm_engine_arg_names() if args else None  # importing vLLM takes seconds
+    known = engine.engine_arg_names() if args else None  # importing vLLM takes seconds
     if known is not None:
         for key in args:
             if key not in known:
@@ -672,7 +672,9 @@ def _plain_json(value: Any, depth: int = 0) -> bool:
     return False
 
 
-def check_env(env: dict[str, str], source: str, *, trusted: bool) -> None:
+def check_env(
+    env: dict[str, str], source: str, *, trusted: bool, engine: EngineFacts | None = None
+) -> None:
     """Only variables known to be safe (:func:`safe_env`) pass without consent; any other needs
     the study's own ``trust_remote_code: true`` (a catalog entry's consent covers the model's
     code, not the engine's environment)."""
@@ -683,7 +685,7 @@ def check_env(env: dict[str, str], source: str, *, trusted: bool) -> None:
             )
         if "\x00" in value:
             raise SpecError("NUL byte in the value", source=source, field=f"model.env.{key}")
-        if trusted or safe_env(key):
+        if trusted or safe_env(key, engine):
             continue
         why = (
             "makes the engine load code from elsewhere"
@@ -712,9 +714,9 @@ def _looks_like_alias(name: str) -> bool:
     return "/" not in name and os.sep not in name and not Path(name).exists()
 
 
-def _catalog_tp(tp: dict[str, int], platform: str) -> int:
+def _catalog_tp(tp: dict[str, int], platform: str, engine: EngineFacts) -> int:
     # The device key (mi300x, h200, ...) is only known for the machine autotune runs on.
-    device = detected_device_key() if platform == current_platform() else None
+    device = engine.device_key() if platform == engine.platform else None
     return tensor_parallel_for(tp, platform, device)
 
 

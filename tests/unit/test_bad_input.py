@@ -307,17 +307,19 @@ def test_trust_remote_code_needs_consent(tmp_path: Path):
 @pytest.mark.vllm
 def test_false_engine_args_are_valid_vllm_fields(tmp_path: Path):
     """False/zero values are kept; names are checked against the installed vLLM's EngineArgs."""
+    from autotune.engine.resolution import engine_facts
     from autotune.errors import SpecError
     from autotune.spec.loader import load_study_file, resolve_study
 
     text = GOOD.replace(
         "{name: tiny}", "{name: tiny, engine_args: {enable_chunked_prefill: false}}"
     )
-    resolved = resolve_study(load_study_file(_write(tmp_path, text)), "s.yaml")
+    engine = engine_facts()
+    resolved = resolve_study(load_study_file(_write(tmp_path, text)), "s.yaml", engine=engine)
     assert resolved.engine_args["enable_chunked_prefill"] is False
     bad = GOOD.replace("{name: tiny}", "{name: tiny, engine_args: {enable_chunked_prefil: false}}")
     with pytest.raises(SpecError, match=r"model\.engine_args\.enable_chunked_prefil: not a field"):
-        resolve_study(load_study_file(_write(tmp_path, bad)), "s.yaml")
+        resolve_study(load_study_file(_write(tmp_path, bad)), "s.yaml", engine=engine)
 
 
 def test_recommendations_are_replaced_on_rerun(tmp_path: Path):

@@ -516,13 +516,16 @@ def test_good_config_passes_the_checks() -> None:
 
 @pytest.mark.vllm  # reads vLLM's own code
 def test_safe_env_passes_without_consent() -> None:
+    from autotune.engine.resolution import engine_facts
     from autotune.engine.vllm_checks import vllm_env_names
     from autotune.spec.loader import check_env, safe_env
 
-    check_env({"OMP_NUM_THREADS": "4", "VLLM_CPU_KVCACHE_SPACE": "4"}, "s", trusted=False)
+    vllm = engine_facts()
+    env = {"OMP_NUM_THREADS": "4", "VLLM_CPU_KVCACHE_SPACE": "4"}
+    check_env(env, "s", trusted=False, engine=vllm)
     check_env({"LD_PRELOAD": "/x.so"}, "s", trusted=True)  # the study's own consent
     if vllm_env_names():  # read from the installed vLLM's envs.py
-        assert safe_env("VLLM_ROCM_USE_AITER") and not safe_env("VLLM_NCCL_SO_PATH")
+        assert safe_env("VLLM_ROCM_USE_AITER", vllm) and not safe_env("VLLM_NCCL_SO_PATH", vllm)
 
 
 def test_good_source_passes_the_create_check(tmp_path: Path) -> None:

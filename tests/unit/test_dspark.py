@@ -3,7 +3,7 @@
 The configs below carry the keys the published drafts' configs carry (``block_size`` for
 DeepSpec's Qwen3 drafts, ``dspark_block_size`` in DeepSeek-V4's own config, the speculators
 export layout with ``speculators_model_type``); they are written into a real Hugging Face hub
-cache layout and found through ``huggingface_hub``, as a downloaded draft would be.
+cache layout and found there, as a downloaded draft would be.
 """
 
 from __future__ import annotations

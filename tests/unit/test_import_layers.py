@@ -1,5 +1,6 @@
 """The package's layers, read from the source: no import circles between files, each heavy
-dependency imported in its home only, and no new pair of subpackages that import each other.
+dependency imported in its home only, no pair of subpackages that import each other, and spec/
+at the bottom (pydantic, yaml and the standard library only).
 
 Every import counts: module level, inside functions, and ``importlib.import_module("...")`` with
 a literal name (a lazy import is still a dependency of the layer that makes it).
@@ -25,10 +26,12 @@ HOMES = {
     "optuna": {"search", "store"},
 }
 
-KNOWN_PAIRS = {
-    # spec.loader.resolve_study consults vLLM's EngineArgs names and the platform via engine/.
-    ("engine", "spec"),
-}
+KNOWN_PAIRS: set[tuple[str, str]] = set()
+"""Pairs of subpackages allowed to import each other: none (the last, engine and spec, went in
+issue #19: resolution is given the engine's facts, autotune.spec.engine_facts)."""
+
+SPEC_MAY_IMPORT = {"pydantic", "yaml", "annotated_types"}
+"""Third-party packages spec/ may import (annotated_types comes with pydantic)."""
 
 
 def _modules() -> dict[str, Path]:
@@ -153,6 +156,20 @@ def test_no_new_pair_of_subpackages_imports_each_other():
     }
     pairs = {tuple(sorted(e)) for e in edges if (e[1], e[0]) in edges}
     assert pairs <= KNOWN_PAIRS, sorted(pairs - KNOWN_PAIRS)
+    assert len(pairs) == 0
+
+
+def test_spec_is_the_bottom_layer():
+    """spec/ imports only itself and autotune.errors, and no third-party package besides
+    pydantic and yaml: reading a study file costs no engine, cluster or store import."""
+    graph, third = _graph()
+    spec = [m for m in graph if _subpackage(m) == "spec"]
+    assert spec
+    for module in spec:
+        inner = {t for t in graph[module] if _subpackage(t) != "spec"}
+        assert inner <= {"autotune.errors"}, (module, sorted(inner))
+        outer = third[module] - set(sys.stdlib_module_names)
+        assert outer <= SPEC_MAY_IMPORT, (module, sorted(outer))
 
 
 def test_the_checker_sees_lazy_and_importlib_imports(tmp_path: Path):

@@ -14,6 +14,7 @@ import pytest
 from autotune import api
 from autotune.cluster.devices import Devices, local_devices
 from autotune.engine.models import locate_weights
+from autotune.engine.resolution import engine_facts
 from autotune.search.landscape_study import study_from_landscape
 from autotune.spec.loader import load_study_file, resolve_study
 from autotune.store import Store
@@ -42,7 +43,7 @@ def store_study(db: Path, file: Path) -> None:
     """Store a shipped study as `study create` resolves it (the vLLM check left out: the
     preflight reads only the resolved study)."""
     store = Store(str(db))
-    resolved = resolve_study(load_study_file(file), str(file))
+    resolved = resolve_study(load_study_file(file), str(file), engine=engine_facts())
     store.ensure_optuna_schema()
     store.create_study(
         name=resolved.spec.name,

@@ -14,7 +14,6 @@ from autotune.engine._base import EngineConfig, EngineInfo
 from autotune.engine.platform import device_key, visible_devices_env
 from autotune.engine.vllm import build_engine_kwargs
 from autotune.errors import AutotuneError, EngineError
-from autotune.spec import catalog
 from autotune.spec.catalog import tensor_parallel_for
 from autotune.store import Store
 
@@ -67,17 +66,20 @@ def test_tensor_parallel_for_prefers_the_device_then_the_platform():
 def test_study_resolution_reads_the_detected_device(monkeypatch: pytest.MonkeyPatch):
     """The loader asks the catalog with the detected device's key (AUTOTUNE_DEVICE stands in for
     a GPU here): an entry with a per-device value gets it."""
+    from autotune.engine import platform
+    from autotune.engine.resolution import engine_facts
     from autotune.spec.loader import _catalog_tp
 
     monkeypatch.setenv("AUTOTUNE_PLATFORM", "rocm")
     monkeypatch.setenv("AUTOTUNE_DEVICE", "AMD Instinct MI355X")
-    catalog.detected_device_key.cache_clear()
+    platform.detected_device_key.cache_clear()
     try:
-        assert _catalog_tp({"default": 8, "rocm": 4, "mi355x": 2}, "rocm") == 2
+        host = engine_facts()
+        assert _catalog_tp({"default": 8, "rocm": 4, "mi355x": 2}, "rocm", host) == 2
         # Resolving for another platform than this machine's never uses its device.
-        assert _catalog_tp({"default": 8, "mi355x": 2}, "cuda") == 8
+        assert _catalog_tp({"default": 8, "mi355x": 2}, "cuda", host) == 8
     finally:
-        catalog.detected_device_key.cache_clear()
+        platform.detected_device_key.cache_clear()
 
 
 def test_tp_engines_get_the_mp_executor_and_the_user_cannot_override_it():
