@@ -192,7 +192,13 @@ class RayPool:
         self._queue: deque[TrialJob] = deque()
         self._running: dict[Any, _Running] = {}
         self._idle: list[tuple[Any, str]] = []
-        """Reusable actors with no job, and their node ids."""
+        """Reusable actors with no job, and their node ids: with the running ones, never more
+        than the slots (an idle actor holds its devices)."""
+        self._actor_cls: Any = ray.remote(EngineActor)
+        """Made once: Ray exports (pickles and fingerprints) a remote class each time one is
+        made, a driver cost of a large fraction of a second per engine start."""
+        self.actors_created = 0
+        """Fresh actors so far (the rest of ``engines_started`` reused an idle one)."""
         self._requeued: set[int] = set()
         """Trials sent again after their node left (once each)."""
         self.engines_started = 0
@@ -285,17 +291,22 @@ class RayPool:
         return options
 
     def _launch(self, job: TrialJob) -> None:
-        ray = self._ray
         actor, node_id = None, ""
         # A reused actor keeps the environment of its first job: only configs with the same env
         # may share it.
         if self._idle and not job.config.env:
             actor, node_id = self._idle.pop()
         if actor is None:
-            actor_cls = ray.remote(EngineActor)
-            actor = actor_cls.options(**self._actor_options(job)).remote(
+            # A fresh actor needs devices: idle actors give theirs up first, so it is never left
+            # waiting for them.
+            while self._idle and len(self._running) + len(self._idle) >= self.slots:
+                idle, _ = self._idle.pop(0)
+                with contextlib.suppress(Exception):
+                    self._ray.kill(idle, no_restart=True)
+            actor = self._actor_cls.options(**self._actor_options(job)).remote(
                 self.engine_kind, self.engine_options
             )
+            self.actors_created += 1
         run = _Running(job=job, actor=actor, node_id=node_id, measured=list(job.resumed))
         run.ref = actor.start.remote(job.config, list(job.workloads), list(job.resumed))
         run.deadline = time.monotonic() + job.start_timeout_s
@@ -332,10 +343,10 @@ class RayPool:
         run.step += 1
         next_ref = self._next_step(run)
         if next_ref is None:
-            # An actor that was never started (no node yet) may be waiting for devices: a
-            # finished one gives its devices up rather than idling on them.
-            waiting = any(r.step == 0 and not r.node_id for r in self._running.values())
-            keep = self.reuse_actors and not job.config.env and not waiting
+            # Kept only while the running and idle actors fit the slots: otherwise a running
+            # actor may be waiting for the devices this one would hold idle.
+            fits = len(self._running) + len(self._idle) < self.slots
+            keep = self.reuse_actors and not job.config.env and fits
             self._release(run, keep=keep, graceful=True)
             events.append(Finished(job.trial_id))
             return events

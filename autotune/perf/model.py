@@ -6,6 +6,7 @@ engine configs could still beat the incumbent and which one is predicted best.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
@@ -64,6 +65,10 @@ class PerfModel:
     def __init__(self, cells: Mapping[tuple[str, int, int], _Cell]) -> None:
         self._cells = dict(cells)
         self._costs: dict[tuple[str, int], StepCost | None] = {}
+        self._predictions: dict[tuple[str, int, int], Prediction] = {}
+        """(method, N, c) -> its prediction: the model is immutable, so each is made once."""
+        self._curves: dict[tuple[str, int | None], np.ndarray] = {}
+        """(method, concurrency) -> its pooled acceptance curve (handed out as copies)."""
 
     @classmethod
     def fit(cls, points: Iterable[Point], *, noise_floor: float = 0.0) -> PerfModel:
@@ -72,9 +77,17 @@ class PerfModel:
         ``noise_floor`` is the smallest relative half-width any throughput is trusted to. A
         single-repeat point without a spread borrows the median half-width of the points that
         have one, or gets ``noise_floor`` when none has.
+
+        The same points (in the same order) and floor give the same model, so a recent fit of
+        them is returned again with the predictions it made (a search refits after every
+        measurement, and most of its models' points did not change).
         """
         if noise_floor < 0:
             raise ValueError("noise_floor must be >= 0")
+        return _fit(tuple(points), float(noise_floor))
+
+    @classmethod
+    def _fit_new(cls, points: tuple[Point, ...], noise_floor: float) -> PerfModel:
         groups: dict[tuple[str, int, int], list[Point]] = defaultdict(list)
         for p in points:
             groups[(p.method, p.num_speculative_tokens, p.concurrency)].append(p)
@@ -103,7 +116,10 @@ class PerfModel:
 
     def acceptance_curve(self, method: str, concurrency: int | None = None) -> np.ndarray:
         """Pooled a_1..a_Nmax of ``method`` (see :func:`autotune.perf.acceptance_curve`)."""
-        return acceptance_curve(self._as_points(), method, concurrency=concurrency)
+        key = (method, concurrency)
+        if key not in self._curves:
+            self._curves[key] = acceptance_curve(self._as_points(), method, concurrency=concurrency)
+        return self._curves[key].copy()
 
     # --- predictions -------------------------------------------------------------------------
 
@@ -117,6 +133,13 @@ class PerfModel:
             raise ValueError(f"the baseline has N = 0, not {n}")
         if n < 0 or c < 1:
             raise ValueError(f"N must be >= 0 and concurrency >= 1, got N={n}, c={c}")
+        key = (method, n, c)
+        made = self._predictions.get(key)
+        if made is None:
+            made = self._predictions[key] = self._predict(method, n, c)
+        return made
+
+    def _predict(self, method: str, n: int, c: int) -> Prediction:
         base = self._cells.get((BASELINE, 0, c))
         if n == 0:
             if base is None:
@@ -327,11 +350,8 @@ class PerfModel:
         share = 0.0
         if len({s.num_speculative_tokens for s in samples}) == 1:
             share = self._fixed_share(method, c, samples[0], base)
-        return fit_step_cost(
-            samples,
-            baseline_s=base[0] if base else None,
-            baseline_half_width=base[1] if base else 0.0,
-            fixed_share=share,
+        return _step_cost(
+            tuple(samples), base[0] if base else None, base[1] if base else 0.0, share
         )
 
     def _fixed_share(
@@ -402,10 +422,37 @@ class PerfModel:
         return c / cell.throughput_tok_s, cell.half_width
 
 
+@functools.lru_cache(maxsize=1024)
+def _fit(points: tuple[Point, ...], noise_floor: float) -> PerfModel:
+    """:meth:`PerfModel.fit`, the recent fits kept (a model is immutable, so it is shared)."""
+    return PerfModel._fit_new(points, noise_floor)
+
+
+@functools.lru_cache(maxsize=4096)
+def _step_cost(
+    samples: tuple[StepSample, ...], baseline_s: float | None, half_width: float, share: float
+) -> StepCost:
+    """:func:`fit_step_cost`, the recent fits kept: models refitted after a measurement
+    elsewhere keep most of their (method, concurrency) samples."""
+    fit = fit_step_cost(
+        samples, baseline_s=baseline_s, baseline_half_width=half_width, fixed_share=share
+    )
+    fit.vertices.flags.writeable = False  # shared by every model that asks again
+    return fit
+
+
 def _pool(cells: list[_Cell]) -> np.ndarray:
-    return pool_acceptance(
+    """The cells' pooled acceptance (read-only: it is shared, see :func:`_pooled`)."""
+    return _pooled(tuple(cells))
+
+
+@functools.lru_cache(maxsize=4096)
+def _pooled(cells: tuple[_Cell, ...]) -> np.ndarray:
+    curve = pool_acceptance(
         (cell.acceptance, run_weight(cell.acceptance, cell.num_repeats)) for cell in cells
     )
+    curve.flags.writeable = False
+    return curve
 
 
 def _rate(curve: np.ndarray, i: int) -> float:

@@ -43,6 +43,7 @@ from autotune.engine._base import EngineConfig, Measurement
 from autotune.perf import PerfModel, Point
 from autotune.recommend.choose import DEFAULT_TIE_PCT, latest_digest
 from autotune.recommend.slo import METRICS, study_slo
+from autotune.search.memo import by_identity
 from autotune.search.space import Option, SearchSpace
 from autotune.search.strategy import SearchState, noisy_cell, plan_cells
 from autotune.spec.catalog import AcceptanceCurve, acceptance_curves
@@ -881,6 +882,11 @@ def _current_rows(rows: Sequence[MeasurementRecord]) -> list[MeasurementRecord]:
     return [r for r in rows if r.workload_digest == digests[r.workload]]
 
 
+def _copy_cells(cells: dict[str, dict[Level, Point]]) -> dict[str, dict[Level, Point]]:
+    return {key: dict(per_level) for key, per_level in cells.items()}
+
+
+@by_identity(64, copy=_copy_cells)  # performance only: asked again for the same rows
 def _cells(rows: Sequence[MeasurementRecord]) -> dict[str, dict[Level, Point]]:
     """speculative config -> (workload, concurrency) -> its repeats as one point."""
     groups: dict[str, dict[Level, list[MeasurementRecord]]] = defaultdict(lambda: defaultdict(list))
@@ -901,6 +907,7 @@ def _by_level(cells: Mapping[str, Mapping[Level, Point]]) -> dict[Level, list[Po
     return out
 
 
+@by_identity(4096)  # performance only: most configs' repeats did not change since the last ask
 def _point(group: Sequence[MeasurementRecord]) -> Point:
     """One cell's repeats as a model point: median throughput, spread, pooled a_i."""
     first = group[0]

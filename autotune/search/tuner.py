@@ -217,8 +217,9 @@ class Tuner:
         self.everywhere: set[str] = set()
         """Configs measured at every level: the ones "best so far" compares."""
         self.inflight: dict[int, _Trial] = {}
-        self._rows: list[MeasurementRecord] | None = None
-        """The finished trials' stored measurements (None: read them again)."""
+        self._rows: list[MeasurementRecord] = []
+        """The finished trials' stored measurements, as ``Store.measurements`` reads them: read
+        once at the start, then each finished trial's own added (in the store's order)."""
         self.started = 0
         self.engine_seconds = 0.0
         self.finished = 0
@@ -226,7 +227,8 @@ class Tuner:
         self.runs_of: dict[str, int] = defaultdict(int)
         """Config key -> finished (complete or failed) trials: 2 for a drift-checked baseline."""
         self._running: dict[int, list[MeasurementRecord]] = {}
-        """Trial in flight -> its stored measurements as last read (see _running_rows)."""
+        """Trial in flight -> its stored measurements (as ``Store.add_measurement`` returned
+        them): the other engines' cell plans see them, and the finished trial's join _rows."""
         self.interrupted: dict[str, int] = {}
         """Config key -> the latest trial a dead driver left interrupted: reopened, not redone."""
 
@@ -315,7 +317,8 @@ class Tuner:
             metric_name(spec),
         )
         rows: dict[int, list[MeasurementRecord]] = defaultdict(list)
-        for r in self.store.measurements(study=self.record.name):
+        self._rows = self.store.measurements(study=self.record.name)
+        for r in self._rows:
             rows[r.trial_id].append(r)
         first_runs = []
         trials = self.store.trials(self.record)
@@ -349,8 +352,6 @@ class Tuner:
 
     def _state(self, leave_out: int | None = None) -> SearchState:
         # Stored rows of finished trials: they change only when a trial finishes.
-        if self._rows is None:
-            self._rows = self.store.measurements(study=self.record.name)
         rows = self._rows
         return SearchState(
             study=self.study,
@@ -361,16 +362,11 @@ class Tuner:
         )
 
     def _running_rows(self, leave_out: int) -> list[MeasurementRecord]:
-        """The stored measurements of the trials in flight but ``leave_out`` (each read
-        again only when it measured more)."""
+        """The stored measurements of the trials in flight but ``leave_out``."""
         out: list[MeasurementRecord] = []
-        for trial_id, run in self.inflight.items():
-            if trial_id == leave_out or not run.measurements:
-                continue
-            cached = self._running.get(trial_id)
-            if cached is None or len(cached) != len(run.measurements):
-                cached = self._running[trial_id] = self.store.trial_measurements(trial_id)
-            out += cached
+        for trial_id in self.inflight:
+            if trial_id != leave_out:
+                out += self._running.get(trial_id, ())
         return out
 
     def _submit(
@@ -389,7 +385,9 @@ class Tuner:
         if reopen is not None:  # an interrupted run of this config: keep its cells, add the rest
             self.store.reopen_trial(reopen, number)
             trial_id = reopen
-            resumed = list(self.store.trial_measurements(reopen))
+            stored = self.store.trial_measurements(reopen)
+            self._running[trial_id] = list(stored)
+            resumed = list(stored)
         else:
             purpose = "drift" if drift else CONFIRM if confirm is not None else None
             trial_id = self.store.start_trial(self.record, config, number, purpose)
@@ -429,7 +427,10 @@ class Tuner:
         elif isinstance(event, Measured):
             assert run.info is not None
             run.measurements.append(event.measurement)
-            self.store.add_measurement(run.trial_id, event.measurement, run.info, run.config)
+            stored = self.store.add_measurement(
+                run.trial_id, event.measurement, run.info, run.config
+            )
+            self._running.setdefault(run.trial_id, []).append(stored)
             self.summary.measurements += 1
             self.reporter.measured(run.config, event.measurement)
         else:
@@ -438,7 +439,7 @@ class Tuner:
     def _finish(self, run: _Trial, reason: str | None, strategy: Strategy) -> None:
         del self.inflight[run.trial_id]
         self.wall.trial_finished(run.trial_id)
-        self._running.pop(run.trial_id, None)
+        stored = self._running.pop(run.trial_id, [])
         seconds = run.engine_seconds
         self.engine_seconds += seconds
         self.summary.engine_seconds += seconds
@@ -455,7 +456,8 @@ class Tuner:
         key = run.config.key()
         self.runs_of[key] += 1
         self.finished += 1
-        self._rows = None
+        if reason is None and stored:  # complete or cancelled: Store.measurements reads it now
+            self._rows = sorted([*self._rows, *stored], key=lambda r: r.id)
         if run.confirm:
             self.confirmer.done(key, seconds)
         if not run.again:
@@ -515,7 +517,7 @@ class Tuner:
             wall=self.wall,
             wall_status=WALL_BUDGET_STATUS,
         )
-        return self.confirmer.due(self._measurements(), free, budget)
+        return self.confirmer.due(self._rows, free, budget)
 
     def _measurements(self) -> list[MeasurementRecord]:
         return self.store.measurements(study=self.record.name)

@@ -508,22 +508,32 @@ class Store:
 
     def add_measurement(
         self, trial_id: int, m: Measurement, info: EngineInfo, config: EngineConfig
-    ) -> None:
+    ) -> MeasurementRecord:
+        """Store one measurement; returns it as :meth:`measurements` will read it (read back
+        in the same transaction), so the tuner need not read it again."""
         with self._driver_write() as s:
-            s.add(
-                MeasurementRow(
-                    trial_id=trial_id,
-                    **observed(m),
-                    mean_acceptance_length=m.mean_acceptance_length,
-                    vllm_version=info.vllm_version,
-                    device_name=info.device_name,
-                    device_arch=info.device_arch,
-                    ray_node_id=info.ray_node_id or None,
-                    device_ids=info.device_ids,
-                    engine_args=dict(config.engine_args),
-                    env=dict(config.env),
-                )
+            row = MeasurementRow(
+                trial_id=trial_id,
+                **observed(m),
+                mean_acceptance_length=m.mean_acceptance_length,
+                vllm_version=info.vllm_version,
+                device_name=info.device_name,
+                device_arch=info.device_arch,
+                ray_node_id=info.ray_node_id or None,
+                device_ids=info.device_ids,
+                engine_args=dict(config.engine_args),
+                env=dict(config.env),
             )
+            s.add(row)
+            s.flush()
+            q = (
+                select(MeasurementRow, TrialRow, StudyRow)
+                .join(TrialRow, MeasurementRow.trial_id == TrialRow.id)
+                .join(StudyRow, TrialRow.study_id == StudyRow.id)
+                .where(MeasurementRow.id == row.id)
+                .execution_options(populate_existing=True)
+            )
+            return _measurement_record(*s.execute(q).one())
 
     def finish_trial(
         self,
