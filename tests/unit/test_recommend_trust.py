@@ -183,6 +183,7 @@ for i, cmd in enumerate(commands):
 once."""
 
 
+@pytest.mark.slow  # seven commands, each in a process of its own: `make test` runs it
 def test_read_only_commands_import_neither_vllm_nor_torch(tmp_path, db_path):
     store = Store(str(db_path))
     _replayed(store, tmp_path, "quiet")
