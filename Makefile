@@ -48,11 +48,19 @@ endif
 	$(AUTOTUNE) --version
 	@touch $(STAMP)
 
-test: $(STAMP)  ## every test: unit, the store contract, and the real vLLM engine (CPU build where no GPU)
-	$(PY) -m pytest $(PYTEST_ARGS)
+# The unit tests run in UNIT_JOBS processes (pytest-xdist; `auto`: one per core); the tests that
+# start engines, servers, Ray or PostgreSQL share them and run in one process after that.
+# `make test` spells its first selection "not (...)": the unit selection's vLLM guard
+# (tests/conftest.py) stays off there, so tests that use vLLM where it is installed do so.
+UNIT_JOBS   ?= auto
+HEAVY       := integration or models or contract or vllm
 
-test-unit: $(STAMP)  ## the fast loop (about a minute): no vLLM import, no engine, Ray, tiny-model training or PostgreSQL
-	$(PY) -m pytest -m "not integration and not models and not contract and not vllm" $(PYTEST_ARGS)
+test: $(STAMP)  ## every test: unit (slow ones too) in parallel, then the store contract and the real vLLM engine (CPU build where no GPU)
+	$(PY) -m pytest -n $(UNIT_JOBS) --dist loadfile -m "not ($(HEAVY))" $(PYTEST_ARGS)
+	$(PY) -m pytest -m "$(HEAVY)" $(PYTEST_ARGS)
+
+test-unit: $(STAMP)  ## the fast loop (under a minute on 2 cores): no vLLM import, no engine, Ray, tiny-model training, PostgreSQL or `slow` test
+	$(PY) -m pytest -n $(UNIT_JOBS) --dist loadfile -m "not integration and not models and not contract and not vllm and not slow" $(PYTEST_ARGS)
 
 test-contract: $(STAMP)  ## the store contract suite on SQLite and a real PostgreSQL server
 	$(PY) -m pytest -m contract $(PYTEST_ARGS)

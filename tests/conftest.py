@@ -106,12 +106,34 @@ def pytest_configure(config: pytest.Config) -> None:
 _VLLM_BEFORE = pytest.StashKey[bool]()
 
 
+_WORKERS = pytest.StashKey[list[dict[str, Any]]]()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object) -> None:
+    """pytest-xdist (``-n``): each worker's guard report reaches the main process."""
+    report = getattr(node, "workeroutput", {}).get("autotune_vllm_guard")
+    if report is not None:
+        node.config.stash.setdefault(_WORKERS, []).append(report)
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """The unit selection imported no vLLM: say which tests ran without it, and fail when vLLM
-    got in anyway (imported before the guard, e.g. by a plugin or a conftest)."""
-    if not _unit_selection(session.config):
+    got in anyway (imported before the guard, e.g. by a plugin or a conftest). Under
+    pytest-xdist each worker hands its report to the main process, which judges them all."""
+    config = session.config
+    if not _unit_selection(config):
         return
-    asked = sorted(set(_NO_VLLM.asked))
+    imported = "vllm" in sys.modules or config.stash.get(_VLLM_BEFORE, False)
+    if hasattr(config, "workeroutput"):  # an xdist worker: the main process reports
+        config.workeroutput["autotune_vllm_guard"] = {
+            "asked": _NO_VLLM.asked,
+            "imported": imported,
+        }
+        return
+    workers = config.stash.get(_WORKERS, [])
+    asked = sorted(set(_NO_VLLM.asked).union(*(w["asked"] for w in workers)))
+    imported = imported or any(w["imported"] for w in workers)
     if asked:
         print(
             f"\nautotune: {len(asked)} tests ran as on a machine without vLLM "
@@ -119,6 +141,6 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             + ", ".join(asked[:10])
             + (" ..." if asked[10:] else "")
         )
-    if "vllm" in sys.modules or session.config.stash.get(_VLLM_BEFORE, False):
+    if imported:
         print("\nautotune: vLLM was imported in the unit selection")
         session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -312,10 +312,13 @@ def summary_frame(
     out: list[dict[str, Any]] = []
     names = frame_labels(df)
     for _, cell in df.groupby(CELL, sort=True):
-        scores: list[ConfigScore] = [
-            score(_records(g, acc_cols), names)
-            for _, g in cell.groupby("speculative_config", sort=False)
-        ]
+        # One conversion per cell (a frame's per-call cost is per column), grouped by config in
+        # order of first appearance as ``cell.groupby("speculative_config", sort=False)`` would.
+        by_config: dict[str, list[MeasurementRecord]] = {}
+        for key, rec in zip(cell["speculative_config"], _records(cell, acc_cols), strict=True):
+            if not pd.isna(key):
+                by_config.setdefault(key, []).append(rec)
+        scores: list[ConfigScore] = [score(recs, names) for recs in by_config.values()]
         base = next((s for s in scores if s.is_baseline), None)
         first = cell.iloc[0]
         ranked, screened = screen(scores)

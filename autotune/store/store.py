@@ -255,7 +255,7 @@ class Store:
         if self.url.startswith("sqlite"):
             kwargs.setdefault("engine_kwargs", {"connect_args": {"timeout": 30}})
         self.ensure_optuna_schema()
-        storage = optuna.storages.RDBStorage(self.url, **kwargs)
+        storage = _optuna_rdb(optuna, self.url, **kwargs)
         self._fence_engine(storage.engine)
         return storage
 
@@ -295,7 +295,7 @@ class Store:
             kwargs["engine_kwargs"] = {"connect_args": {"timeout": 30}}
         with schema_lock(self._engine, _sqlite_path(self.url)):
             try:
-                optuna.storages.RDBStorage(self.url, **kwargs).engine.dispose()
+                _optuna_rdb(optuna, self.url, **kwargs).engine.dispose()
             except SQLAlchemyError as exc:
                 raise StoreError(f"cannot create Optuna's tables: {self._one_line(exc)}") from None
 
@@ -992,6 +992,24 @@ def _schema_current(engine: Engine) -> bool:
     with engine.connect() as conn:
         # Read at call time: tests (and future steps) change the target version.
         return current_version(conn) == migrations.SCHEMA_VERSION
+
+
+_OPTUNA_HEAD: list[str] = []
+"""The head revision of the installed Optuna's table schema, read once per process."""
+
+
+def _optuna_rdb(optuna: Any, url: str, **kwargs: Any) -> Any:
+    """``optuna.storages.RDBStorage(url, **kwargs)`` with Optuna's schema compatibility check
+    done against the head revision read once per process: Optuna's own check loads every one
+    of its migration scripts on each storage it opens (tens of milliseconds, several times per
+    study run). A store whose tables are not at the head gets Optuna's own check and message."""
+    storage = optuna.storages.RDBStorage(url, skip_compatibility_check=True, **kwargs)
+    if not _OPTUNA_HEAD:
+        _OPTUNA_HEAD.append(storage.get_head_version())
+    if storage.get_current_version() != _OPTUNA_HEAD[0]:
+        storage.engine.dispose()
+        storage = optuna.storages.RDBStorage(url, **kwargs)
+    return storage
 
 
 def _optuna_schema_current(engine: Engine) -> bool:

@@ -246,6 +246,7 @@ def test_unwritable_db_folder(tmp_path: Path, autotune):
     _assert_rejected(result, "--db", "cannot create the store's folder", None)
 
 
+@pytest.mark.slow  # three autotune processes per case: `make test` runs it
 @pytest.mark.parametrize("damage", ["garbage", "overwritten-pages"])
 def test_corrupted_store_says_so(damage: str, tmp_path: Path):
     """Separate processes, as in use: a store damaged between two commands."""

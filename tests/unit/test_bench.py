@@ -122,6 +122,7 @@ def test_cli_json_lines(tmp_path: Path):
     assert table.exit_code == 0 and "grid" in table.output and "oracle" in table.output
 
 
+@pytest.mark.slow  # two full searches of a 31-config landscape: `make test` runs it
 def test_model_beats_grid_on_a_repository_landscape():
     land = LANDSCAPES / "synthetic-qwen27b-dense.csv"
     model = run_strategy(land, "model", seed=0)

@@ -207,6 +207,7 @@ def _settings(n: int) -> settings:
     )
 
 
+@pytest.mark.slow  # 120 generated study files through the CLI: `make test` runs it
 @_settings(120)
 @given(
     edits=st.lists(st.tuples(st.sampled_from(PATHS), VALUES), min_size=1, max_size=3),

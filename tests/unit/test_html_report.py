@@ -89,6 +89,7 @@ def test_report_is_small_and_offline(report):
     assert text.count("<script") == 1
 
 
+@pytest.mark.slow  # starts headless Chromium twice: `make test` runs it
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed (apt-get install chromium)")
 def test_answer_on_first_screen_and_figures_resize(report):
     page, df = report
@@ -149,6 +150,7 @@ def test_the_trade_off_figure_is_inline_svg_with_front_and_slo_line(slo_report):
     assert not re.search(r"""(src|href)=["']?(https?:)?//""", text)
 
 
+@pytest.mark.slow  # starts headless Chromium twice: `make test` runs it
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed (apt-get install chromium)")
 def test_trade_off_in_the_browser_matches_choosing_under_the_slo(slo_report):
     """Every config of every level is in the trade-off table, the ★ rows are what

@@ -249,6 +249,7 @@ def test_a_screening_run_is_never_chosen_and_ranks_last(filled, frame):
 # --- files -----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # renders the three figures as PNG (matplotlib): `make test` runs it
 def test_png_files_are_written(frame, tmp_path: Path):
     paths = plot_png(frame, tmp_path / "png")
     assert sorted(p.name for p in paths) == ["acceptance.png", "speedup.png", "throughput.png"]
@@ -257,6 +258,7 @@ def test_png_files_are_written(frame, tmp_path: Path):
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
 
 
+@pytest.mark.slow  # renders the three figures as PNG again: `make test` runs it
 def test_html_without_plotly_embeds_png(frame, tmp_path: Path):
     path = write_html(frame, tmp_path / "r.html", renderer="matplotlib")
     text = path.read_text()
@@ -325,6 +327,7 @@ def run_cli(db: Path, *args: str) -> tuple[int, str, str]:
         return code, streams[0].getvalue().decode(), streams[1].getvalue().decode()
 
 
+@pytest.mark.slow  # renders every figure twice (PNG, SVG): `make test` runs it
 def test_report_command_prints_table_and_writes_files(filled, tmp_path: Path):
     _, db = filled
     code, out, err = run_cli(

@@ -9,6 +9,7 @@ tests/integration/test_speculators_export.py.
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -57,13 +58,27 @@ def test_prompt_rows_need_a_user_turn():
             check_prompt_rows([row, bad])
 
 
-@pytest.fixture
-def replay(db_path: Path) -> Store:
-    """The recorded CPU sweep as a replay study, run: real measurements, no engine."""
-    store = Store(str(db_path))
+@pytest.fixture(scope="module")
+def replayed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The recorded CPU sweep as a replay study, run once for the module."""
+    path = tmp_path_factory.mktemp("replayed") / "autotune.db"
+    store = Store(str(path))
     api.create_replay_study(store, LANDSCAPE, "tiny-replay")
     api.run_study(store, "tiny-replay")
-    return store
+    store.dispose()
+    return path
+
+
+@pytest.fixture
+def replay(replayed: Path, db_path: Path) -> Store:
+    """The recorded CPU sweep as a replay study, run: real measurements, no engine (each test
+    gets its own copy of the module's store, SQLite's backup API)."""
+    src, dst = sqlite3.connect(replayed), sqlite3.connect(db_path)
+    try:
+        src.backup(dst)
+    finally:
+        src.close(), dst.close()
+    return Store(str(db_path))
 
 
 def test_bad_input_is_one_line_and_writes_nothing(autotune, replay: Store, tmp_path: Path):
