@@ -15,6 +15,7 @@ import argparse
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -81,6 +82,15 @@ MAVERICK_EAGLE3 = {
     "math": from_lengths_per_k((1.86, 2.56, 3.08, 3.53, 3.73, 3.91, 4.02)),  # gsm8k
     "summarize": from_lengths_per_k((1.69, 2.12, 2.37, 2.52, 2.60, 2.63, 2.63)),  # CNN/DM
 }
+
+INFERENCEX_DSV4 = (
+    "SemiAnalysis InferenceX golden acceptance-length curves, DeepSeek-V4-Pro (DSpark and MTP, "
+    "N = 1..8), as quoted in issue #22 and tests/unit/test_model_strategy.py"
+)
+# DeepSeek-V4-Pro, INFERENCEX_DSV4: DSpark's AL peaks at N = 6 (3.77) and falls by N = 8 (3.47),
+# so a run at N is no prefix of a larger run; MTP plateaus at 2.55 from N = 4.
+DSV4_DSPARK_AL = (1.84, 2.51, 3.01, 3.36, 3.61, 3.77, 3.73, 3.47)
+DSV4_MTP_AL = (1.79, 2.27, 2.49, 2.54, 2.55, 2.55, 2.54, 2.58)
 
 
 # --- cost: an assumption ------------------------------------------------------------------------
@@ -168,6 +178,16 @@ class Drafter:
     has a_i x (1 + trajectory x (N_max - N) / (N_max - 1)), capped at 1. The recorded CPU sweep
     shows this effect (n-gram on code: a_1 = 0.771 at N = 1, 0.707 at N = 4; ``make
     bench-prefix``); 0 is an exact prefix."""
+    al_by_n: tuple[float, ...] = ()
+    """Published acceptance length at N = 1, 2, ... when a run at N is not the largest run's
+    prefix at all (a block drafter whose AL peaks and falls, InferenceX's DSpark curve): a run at
+    N has the ``acceptance`` curve's first N positions scaled so that 1 + a_1 + ... + a_N is
+    AL(N) (each a_i capped at 1). Empty: ``trajectory`` decides."""
+    n_values: tuple[int, ...] = ()
+    """The N this drafter runs at (DSpark's N is its checkpoint's block); empty: 1..N_max."""
+    params: tuple[tuple[str, Any], ...] = ()
+    """Knobs besides N (the landscape's ``params`` column): drafters of one method that differ
+    in them are separate arms of the search."""
 
 
 @dataclass(frozen=True)
@@ -188,6 +208,12 @@ class Landscape:
     """Relative sigma of the seeded Gaussian noise on each repeat's throughput, in percent."""
     acceptance_noise_pct: float = 0.5
     """Relative sigma of the noise on each repeat's a_i (kept non-increasing), in percent."""
+    outlier_share: float = 0.0
+    """Share of repeats slowed by a transient (another process on the machine): such a repeat's
+    throughput is cut by ``outlier_pct`` percent (a uniform draw in the range), its acceptance
+    untouched. The recorded CPU sweeps show it: repeats recorded under load spread up to 52 %
+    (cpu-tiny-llama's first recording) and 114 % (cpu-tiny-knobs'), see bench/README.md."""
+    outlier_pct: tuple[float, float] = (15.0, 40.0)
     repeats: int = 3
     output_tokens: int = 256
     seed: int = 0
@@ -205,8 +231,7 @@ def build(spec: Landscape) -> list[LandscapePoint]:
     points: list[LandscapePoint] = []
     configs: list[tuple[Drafter | None, int]] = [(None, 0)]
     for d in spec.drafters:
-        n_max = min(len(a) for a in d.acceptance.values())
-        configs += [(d, n) for n in range(1, n_max + 1)]
+        configs += [(d, n) for n in n_values(d)]
     for drafter, n in configs:
         for w in spec.workloads:
             for c in spec.concurrency:
@@ -218,6 +243,8 @@ def build(spec: Landscape) -> list[LandscapePoint]:
                     step = spec.cost.step_s(n, c, parallel)
                     tput = c * (1.0 + sum(acc)) / step
                     tput *= 1.0 + rng.normal(0.0, spec.noise_pct / 100.0)
+                    if spec.outlier_share > 0 and rng.random() < spec.outlier_share:
+                        tput *= 1.0 - rng.uniform(*spec.outlier_pct) / 100.0
                     points.append(
                         LandscapePoint(
                             model=spec.model,
@@ -227,6 +254,7 @@ def build(spec: Landscape) -> list[LandscapePoint]:
                             num_speculative_tokens=n,
                             concurrency=c,
                             repeat=r,
+                            params=drafter.params if drafter else (),
                             output_throughput_tok_s=tput,
                             mean_acceptance_length=1.0 + sum(acc) if drafter else None,
                             acceptance_per_pos=acc,
@@ -239,10 +267,20 @@ def build(spec: Landscape) -> list[LandscapePoint]:
     return points
 
 
+def n_values(drafter: Drafter) -> tuple[int, ...]:
+    """The N a drafter's landscape rows have: its ``n_values``, else 1..N_max."""
+    n_max = min(len(a) for a in drafter.acceptance.values())
+    return drafter.n_values or tuple(range(1, n_max + 1))
+
+
 def _at_n(drafter: Drafter, workload: str, n: int) -> tuple[float, ...]:
-    """a_1..a_N of a run at N: the cited curve's prefix, raised by the drafter's trajectory."""
+    """a_1..a_N of a run at N: the cited curve's prefix, raised by the drafter's trajectory, or
+    scaled to the published AL(N) (``al_by_n``)."""
     curve = drafter.acceptance[workload]
     n_max = min(len(a) for a in drafter.acceptance.values())
+    if drafter.al_by_n:
+        scale = (drafter.al_by_n[n - 1] - 1.0) / max(sum(curve[:n]), 1e-9)
+        return tuple(min(1.0, a * scale) for a in curve[:n])
     lift = 1.0 + drafter.trajectory * (n_max - n) / max(n_max - 1, 1)
     return tuple(min(1.0, a * lift) for a in curve[:n])
 
@@ -283,6 +321,14 @@ def header(spec: Landscape) -> list[str]:
         f"Noise: {spec.repeats} repeats; throughput x (1 + N(0, {spec.noise_pct}%)) per repeat;"
         f" a_i x (1 + N(0, {spec.acceptance_noise_pct}%)) kept non-increasing;"
         f" numpy default_rng seed {spec.seed}.",
+        *(
+            [
+                f"Outliers: a share {spec.outlier_share:g} of repeats slowed by"
+                f" {spec.outlier_pct[0]:g}-{spec.outlier_pct[1]:g}% (a transient, as under load)."
+            ]
+            if spec.outlier_share > 0
+            else []
+        ),
         *spec.extra,
         "Generated by bench/make_synthetic.py; edit that script, not this file.",
     ]

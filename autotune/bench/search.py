@@ -2,7 +2,7 @@
 loop and a real store, and score it by the engine-seconds it spent to reach the true optimum.
 
 The truth of a landscape is the mean over its recorded repeats of every (config, workload,
-concurrency); a run reaches the target once the recommendation the choosing rule makes from what
+concurrency), a repeat slowed by a transient left out; a run reaches the target once the recommendation the choosing rule makes from what
 was measured so far is within ``tolerance`` percent of the truth's best at every level, and stays
 there to the end of the run.
 """
@@ -86,16 +86,22 @@ class Truth:
 def landscape_truth(points: Sequence[LandscapePoint], repeats: int) -> Truth:
     """The landscape's truth, and the grid's cost with ``repeats`` repeats per cell.
 
-    A config costs one engine start (the median of its rows, as the replay engine charges) and,
-    per cell, ``repeats`` measurements of the mean recorded ``measure_s``.
+    A cell's truth is the mean of its repeats, leaving out a repeat a transient slowed (more
+    than :data:`TRANSIENT_SPREADS` times the landscape's median repeat spread below the cell's
+    median). A config costs one engine start (the median of its rows, as the replay engine
+    charges) and, per cell, ``repeats`` measurements of the mean recorded ``measure_s``.
     """
     cells: dict[tuple[Config, Level], list[LandscapePoint]] = defaultdict(list)
     for p in points:
         cells[(p.config, (p.workload, p.concurrency))].append(p)
     throughput: dict[Level, dict[Config, float]] = defaultdict(dict)
     measure: dict[Config, float] = defaultdict(float)
+    floor = _transient_floor([[p.output_throughput_tok_s for p in g] for g in cells.values()])
     for (config, level), group in cells.items():
-        throughput[level][config] = statistics.fmean(p.output_throughput_tok_s for p in group)
+        tputs = [p.output_throughput_tok_s for p in group]
+        med = statistics.median(tputs)
+        kept = [t for t in tputs if (med - t) / med <= floor] if med > 0 else tputs
+        throughput[level][config] = statistics.fmean(kept)
         measure[config] += repeats * statistics.fmean(p.measure_s for p in group)
     starts: dict[Config, list[float]] = defaultdict(list)
     for p in points:
@@ -103,6 +109,19 @@ def landscape_truth(points: Sequence[LandscapePoint], repeats: int) -> Truth:
     seconds = {c: statistics.median(s) + measure[c] for c, s in starts.items()}
     knobs = any(p.params for p in points)
     return Truth(tuple(sorted(throughput)), dict(throughput), seconds, knobs)
+
+
+TRANSIENT_SPREADS = 4.0
+"""A repeat slower than its cell's median by more than this many times the landscape's median
+repeat spread was slowed by a transient (another process on the machine), not by its config:
+the truth leaves it out. No repeat of the landscapes in bench/landscapes is that far (the worst
+is 2.7 times, on cpu-tiny-llama); bench/stress.py's outlier family cuts repeats by 20-40 %."""
+
+
+def _transient_floor(cells: Sequence[Sequence[float]]) -> float:
+    """The relative slowdown below a cell's median past which a repeat is a transient."""
+    spreads = [(max(v) - min(v)) / statistics.fmean(v) for v in cells if len(v) > 1 and min(v) > 0]
+    return TRANSIENT_SPREADS * statistics.median(spreads) if spreads else float("inf")
 
 
 def grid_and_oracle(landscape: Path | str, repeats: int | None = None) -> tuple[float, float]:

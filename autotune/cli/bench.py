@@ -55,7 +55,7 @@ def bench() -> None:
     show_default=True,
     metavar="PCT",
     help="Target: the recommendation at every level within PCT percent of that level's true "
-    "best (the mean over the landscape's repeats).",
+    "best (the mean over the landscape's repeats, leaving out a repeat a transient slowed).",
 )
 @click.option(
     "--jobs",

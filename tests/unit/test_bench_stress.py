@@ -1,0 +1,110 @@
+"""bench/stress.py: the landscape families of `make bench-stress` have the shapes they claim,
+are seeded, and the target tolerance is the choosing rule's own tie band at the noise."""
+
+from __future__ import annotations
+
+import importlib.util
+import statistics
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from autotune.bench.search import landscape_truth
+from autotune.engine.landscape import read_landscape
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _stress():
+    spec = importlib.util.spec_from_file_location("stress", REPO / "bench" / "stress.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+STRESS = _stress()
+SYN = STRESS._synthetic()
+
+
+def _write(family: str, index: int, folder: Path) -> tuple[object, Path]:
+    spec, _ = STRESS.family_landscape(family, index)
+    folder.mkdir(parents=True, exist_ok=True)
+    return spec, SYN.write(spec, folder)
+
+
+@pytest.mark.parametrize("family", STRESS.FAMILIES)
+def test_every_family_is_seeded_and_readable(family: str, tmp_path: Path):
+    _, first = _write(family, 0, tmp_path / "a")
+    _, again = _write(family, 0, tmp_path / "b")
+    assert first.read_text() == again.read_text()
+    assert read_landscape(first)
+
+
+def test_never_pays_leaves_the_baseline_best_by_three_percent_everywhere():
+    for i in range(3):
+        spec, _ = STRESS.family_landscape("never-pays", i)
+        for d in spec.drafters:
+            for n in SYN.n_values(d):
+                for w in spec.workloads:
+                    for c in spec.concurrency:
+                        tput = (1 + sum(SYN._at_n(d, w, n))) / spec.cost.step_s(n, c, d.parallel)
+                        assert tput * spec.cost.step_s(0, c, False) < 0.97
+
+
+def test_dspark_runs_at_one_n_to_concurrency_256(tmp_path: Path):
+    _, path = _write("dspark-bands", 0, tmp_path)
+    points = read_landscape(path)
+    assert len({p.num_speculative_tokens for p in points if p.method == "dspark"}) == 1
+    assert max(p.concurrency for p in points) == 256
+
+
+def test_the_block_drafter_curve_peaks_at_n6_as_published():
+    spec, _ = STRESS.family_landscape("non-prefix", 1)
+    block = next(d for d in spec.drafters if d.method == "dflash")
+    w = spec.workloads[0]
+    al = {n: 1 + sum(SYN._at_n(block, w, n)) for n in SYN.n_values(block)}
+    assert al[6] == pytest.approx(3.77) and al[8] == pytest.approx(3.47)
+    assert max(al, key=al.__getitem__) == 6
+
+
+def test_trajectory_members_stay_inside_the_fitted_prefix_ratio():
+    from autotune.spec.methods import METHODS
+
+    for i in (0, 2):
+        spec, _ = STRESS.family_landscape("non-prefix", i)
+        for d in spec.drafters:
+            low, high = METHODS[d.method].prefix_ratio
+            assert low - 1 <= d.trajectory <= high - 1
+        assert any(d.trajectory != 0 for d in spec.drafters)
+
+
+def test_knob_variants_are_separate_arms_of_one_method(tmp_path: Path):
+    _, path = _write("knobs", 0, tmp_path)
+    arms = defaultdict(set)
+    for p in read_landscape(path):
+        if p.params:
+            arms[p.method].add(p.params)
+    assert any(len(v) == 2 for v in arms.values())
+
+
+def test_outliers_are_left_out_of_the_truth(tmp_path: Path):
+    _, path = _write("outliers", 0, tmp_path)
+    points = read_landscape(path)
+    cells = defaultdict(list)
+    for p in points:
+        cells[(p.config, p.workload, p.concurrency)].append(p.output_throughput_tok_s)
+    slowed = {k: v for k, v in cells.items() if min(v) < 0.85 * statistics.median(v)}
+    assert slowed  # the family's transients are in the file
+    truth = landscape_truth(points, repeats=3)
+    for (config, w, c), tputs in slowed.items():
+        rest = [t for t in tputs if t >= 0.85 * statistics.median(tputs)]
+        assert truth.throughput[(w, c)][config] == pytest.approx(statistics.fmean(rest))
+
+
+def test_tolerance_is_the_choosing_rules_tie_band_at_the_noise():
+    # sqrt(2) * t(0.975, 2) * sigma / sqrt(3) = 3.51 sigma, never below the 1 % tie margin.
+    assert [STRESS.tolerance_pct(s, 3) for s in (0.25, 0.5, 1.0, 2.0)] == [1.0, 2.0, 4.0, 8.0]
