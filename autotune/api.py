@@ -67,12 +67,12 @@ def create_study(
         spec = validate(StudySpec, dict(data), source)
     else:
         raise SpecError("give a study file or --model/--workload", source="study create")
-    from autotune.engine.resolution import engine_facts
-
-    resolved = resolve_study(spec, source, engine=engine_facts())
     from autotune.datasets._base import check_study_sources
     from autotune.datasets.study import build_context_buckets, check_prompts
+    from autotune.engine.resolution import engine_facts
     from autotune.search.space import validate_study
+
+    resolved = resolve_study(spec, source, engine=engine_facts())
 
     check_study_sources(resolved)  # exists, regular, UTF-8: now, not first at `run`
     validate_study(resolved, source)  # vLLM's verdict now, so recommend never imports vLLM
