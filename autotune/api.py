@@ -1,14 +1,11 @@
 """The Python API the CLI wraps: a typed facade over the layers that do the work.
 
-Create, inspect, run and delete studies (the run protocol is :mod:`autotune.search.protocol`'s,
-the pools :mod:`autotune.cluster.pools`'), answer (:mod:`autotune.recommend.answer`), report
-(:mod:`autotune.report.study`), export (:mod:`autotune.export`), and show workloads
-(:mod:`autotune.datasets.show`). Clients sit above it: the CLI, the search benchmark
-(:mod:`autotune.bench`), ``verify`` and ``observe``; the facade imports none of them.
-
-Every function validates all input before it writes anything, so bad input leaves the store
-exactly as it was. The layers are imported where used: SQLAlchemy costs a read-only command
-~0.2 s, and a published answer (recommend on a fresh install) never needs it.
+Create, inspect, run and delete studies (run protocol: :mod:`autotune.search.protocol`; pools:
+:mod:`autotune.cluster.pools`), answer (:mod:`autotune.recommend.answer`), report, export and
+show workloads. Clients sit above it (the CLI, :mod:`autotune.bench`, ``verify``, ``observe``);
+the facade imports none of them. Every function validates all input before it writes anything,
+so bad input leaves the store as it was. The layers are imported where used: SQLAlchemy costs a
+read-only command ~0.2 s, and a published answer (recommend on a fresh install) never needs it.
 """
 
 from __future__ import annotations
