@@ -175,7 +175,8 @@ def render_side_by_side(results: list[dict[str, Any]]) -> str:
 
 
 def _level(store: Any, name: str, workload: str, concurrency: int) -> dict[str, Any]:
-    from autotune.recommend.choose import choose, median_ci_halfwidth_pct
+    from autotune.evidence.scores import median_ci_halfwidth_pct
+    from autotune.recommend.choose import choose
 
     rows = store.measurements(study=name)
     choice = choose(rows, workload, concurrency)

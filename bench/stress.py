@@ -127,16 +127,16 @@ def tolerance_pct(noise_pct: float, repeats: int) -> float:
     which the choosing rule itself calls two configs tied, whole percent rounded up.
 
     ``autotune.recommend.choose`` ties two configs when the 95% interval of the ratio of their
-    medians contains 1 (``ConfigScore.ties_with``: each median's half-width is Student t on
-    ``repeats`` runs, t(0.975, r-1) * sigma / sqrt(r), the two combined in quadrature), and
-    always within its 1 % tie margin. A search whose answer lies inside that band of the truth's
-    best has found what measuring could tell apart; asking for less would ask the rule to pick
-    among configs its own repeats cannot order (with every config measured, the grid misses it
-    too). 3 repeats: sigma 0.25 % -> 1 %, 0.5 % -> 2 %, 1 % -> 4 %, 2 % -> 8 %.
+    medians contains 1 (``autotune.evidence.scores.ConfigScore.ties_with``: each median's half-width
+    is Student t on ``repeats`` runs, t(0.975, r-1) * sigma / sqrt(r), the two combined in
+    quadrature), and always within its 1 % tie margin. A search whose answer lies inside that band
+    of the truth's best has found what measuring could tell apart; asking for less would ask the
+    rule to pick among configs its own repeats cannot order (with every config measured, the grid
+    misses it too). 3 repeats: sigma 0.25 % -> 1 %, 0.5 % -> 2 %, 1 % -> 4 %, 2 % -> 8 %.
     """
     from scipy.special import stdtrit
 
-    from autotune.recommend.choose import CONFIDENCE, DEFAULT_TIE_PCT
+    from autotune.evidence.scores import CONFIDENCE, DEFAULT_TIE_PCT
 
     half = float(stdtrit(repeats - 1, 0.5 + CONFIDENCE / 2)) * noise_pct / math.sqrt(repeats)
     return float(max(DEFAULT_TIE_PCT, math.ceil(math.sqrt(2) * half - 1e-9)))

@@ -447,7 +447,7 @@ def _explain(rec: Any) -> None:
             lv.runner_up.label(prose=False) if lv.runner_up else "-",
             f"{lv.margin_pct:.1f}" if lv.margin_pct is not None else "-",
             # A tie: the widest combined uncertainty the answer is tied within.
-            lv.tie_cell(),  # or "undecided" (autotune.recommend.choose.RatioInterval)
+            lv.tie_cell(),  # or "undecided" (autotune.evidence.scores.RatioInterval)
             f"{lv.drift_pct:+.1f}" if lv.drift_pct is not None else "-",
             "low" if rec.is_low_confidence(lv.concurrency) else "ok",
         )

@@ -32,7 +32,7 @@ def export_training_data(
     that train an EAGLE-3 and a DFlash draft with Speculators, and ``measure-draft.yaml`` the
     study that measures them. Every input is checked before anything is written or started.
     """
-    from autotune.recommend.choose import latest_digest
+    from autotune.evidence.cells import latest_digest
 
     record = store.get_study(study)
     resolved = ResolvedStudy.from_json(record.resolved_json)

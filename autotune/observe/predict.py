@@ -16,12 +16,13 @@ predicted: the server shows the acceptance of its own method only.
 from __future__ import annotations
 
 import math
-import statistics
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from autotune.evidence.objectives import geometric_mean
+from autotune.evidence.points import point
 from autotune.perf import PerfModel, Point, extend_acceptance, pool_acceptance
 from autotune.spec.methods import BASELINE, METHODS
 
@@ -82,28 +83,7 @@ def family_points(rows: Sequence[Any], method: str) -> list[Point]:
             groups[(r.num_speculative_tokens if r.speculative_config else 0, r.concurrency)].append(
                 r
             )
-    points = []
-    for (n, c), group in sorted(groups.items()):
-        tputs = [r.output_throughput_tok_s for r in group]
-        med = statistics.median(tputs)
-        drafts = sum(r.num_drafts for r in group)
-        acc: tuple[float, ...] = ()
-        if n > 0 and drafts > 0 and all(len(r.accepted_per_pos) == n for r in group):
-            acc = tuple(
-                min(sum(r.accepted_per_pos[i] for r in group) / drafts, 1.0) for i in range(n)
-            )
-        points.append(
-            Point(
-                method=BASELINE if n == 0 else method,
-                num_speculative_tokens=n,
-                concurrency=c,
-                output_throughput_tok_s=med,
-                acceptance_per_pos=acc,
-                num_repeats=len(tputs),
-                spread=(max(tputs) - min(tputs)) / med,
-            )
-        )
-    return points
+    return [point(group, method, n) for (n, _), group in sorted(groups.items())]
 
 
 def study_acceptance(points: Sequence[Point], method: str, n: int) -> tuple[float, ...]:
@@ -169,11 +149,10 @@ def predict_live(
     ref = {c: d[0] for c, d in deployed.items() if d is not None}
     if any(c not in ref for c in weights):
         raise ValueError(f"the study's measurements predict no {method} N={deployed_n}")
-    total = sum(weights.values())
 
     def gmean(values: Mapping[int, tuple[float, float, float]], i: int) -> float:
-        logs = sum(weights[c] * math.log(max(values[c][i], 1e-12) / ref[c]) for c in weights)
-        return math.exp(logs / total) - 1.0
+        ratios = [max(values[c][i], 1e-12) / ref[c] for c in weights]
+        return geometric_mean(ratios, list(weights.values())) - 1.0
 
     candidates = []
     for n in [0, *ns]:

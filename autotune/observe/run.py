@@ -69,7 +69,7 @@ def observe(
     SpecError (exit 2) for bad flags or a server that cannot be read as a speculating vLLM,
     NoResultError (exit 1) when the store never measured the pair or the config."""
     from autotune.api import recommend, select_study
-    from autotune.recommend.choose import latest_digest
+    from autotune.evidence.cells import latest_digest
 
     if not duration_s > 0:
         raise SpecError("must be above 0 seconds", source="--duration")

@@ -1,5 +1,8 @@
-"""Choosing the recommended engine config from measurements, and rendering it for vLLM."""
+"""Choosing the recommended engine config from measurements, and rendering it for vLLM.
 
-from autotune.recommend.choose import Choice, ConfigScore, cells, choose, rank, score, screen
+The statistics it chooses by (scores, intervals, cells, goodput) are the evidence layer's,
+:mod:`autotune.evidence`."""
 
-__all__ = ["Choice", "ConfigScore", "cells", "choose", "rank", "score", "screen"]
+from autotune.recommend.choose import Choice, choose, rank, screen
+
+__all__ = ["Choice", "choose", "rank", "screen"]

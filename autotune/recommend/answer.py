@@ -198,7 +198,7 @@ def low_confidence(
     """The low-confidence levels among per-level ``choices`` (``autotune.recommend.choose``),
     judged against the study's ``measurement.max_spread_pct`` and ``precision_pct`` (the
     baseline's drift limit; None: the default)."""
-    from autotune.recommend.choose import DEFAULT_PRECISION_PCT
+    from autotune.evidence.scores import DEFAULT_PRECISION_PCT
 
     out = []
     for c in choices:
@@ -460,6 +460,7 @@ def recommend(
     :class:`autotune.recommend.slo.NoConfigMeetsSLO` naming the closest. Each level is judged
     against the study's ``measurement.max_spread_pct`` (``low_confidence_levels``).
     """
+    from autotune.evidence.objectives import study_slo
     from autotune.recommend.choose import (
         choose_overall,
         neighbour_weights,
@@ -470,7 +471,6 @@ def recommend(
         answers_by_goodput,
         choose_level,
         choose_overall_slo,
-        study_slo,
     )
 
     sel = select_study(store, model, workload, study, planned)

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from autotune.errors import AutotuneError, SpecError
-from autotune.recommend.choose import Choice, ConfigScore
+from autotune.evidence.scores import ConfigScore
+from autotune.recommend.choose import Choice
 from autotune.recommend.render import speculative_json
 from autotune.spec.labels import PLAIN, Labels
 

@@ -20,18 +20,22 @@ A choice is *low-confidence* (``Choice.low_confidence``) when its measurements c
   study) and its median at this level moved by more than the study's ``precision_pct`` between
   the two runs (``Choice.drift_pct``). Speedups use both runs pooled.
 
-A level is a *tie* (``Choice.tie``, ``Choice.tied_with``) when the top-scored config's margin
-over the runner-up, or over the baseline, is inside their combined measured uncertainty: each
-config's median carries a 95% confidence interval (Student t on log throughput, the
-sequential-stopping rule's, :func:`median_ci_halfwidth_pct`) and the log ratio of the two medians
-is within ``sqrt(h1² + h2²)`` of 0, i.e. the ratio's 95% interval contains 1. Inside a tie the
-usual preference picks the answer (no speculation first, then the smaller N, then no draft
-model), so a drafter that ties with the baseline answers "off": its speedup is not established,
-and off costs nothing to deploy. A tie is not in itself low-confidence (the answer is the
-preferred one of equivalent configs); its own line says so. Configs without measured noise
-(a single run, or identical runs, on both sides) never tie. An interval wider than ±100%
-(:data:`STATABLE_PCT`; two very noisy runs a side) is not printed as a number: the tie is
-stated *undecided*, with the repeats and spread that made it so (:class:`RatioInterval`).
+A level is a *tie* (``Choice.tie``, ``Choice.tied_with``) when the top-scored config's margin over
+the runner-up, or over the baseline, is inside their combined measured uncertainty: each config's
+median carries a 95% confidence interval (Student t on log throughput, the sequential-stopping
+rule's, :func:`autotune.evidence.scores.median_ci_halfwidth_pct`) and the log ratio of the two
+medians is within ``sqrt(h1² + h2²)`` of 0, i.e. the ratio's 95% interval contains 1. Inside a tie
+the usual preference picks the answer (no speculation first, then the smaller N, then no draft
+model), so a drafter that ties with the baseline answers "off": its speedup is not established, and
+off costs nothing to deploy. A tie is not in itself low-confidence (the answer is the preferred one
+of equivalent configs); its own line says so. Configs without measured noise (a single run, or
+identical runs, on both sides) never tie. An interval wider than ±100%
+(:data:`autotune.evidence.scores.STATABLE_PCT`; two very noisy runs a side) is not printed as a
+number: the tie is stated *undecided*, with the repeats and spread that made it so
+(:class:`autotune.evidence.scores.RatioInterval`).
+
+The scores, intervals, cells and the baseline's drift it chooses from are the evidence layer's
+(:mod:`autotune.evidence`); this module holds the rules that answer from them.
 
 A level is *degenerate* (``Choice.degenerate``) when most of its replies ended in a repeating
 loop (:mod:`autotune.engine.degeneracy`): drafts are accepted on loops, so its winner was decided
@@ -42,173 +46,27 @@ says so on stderr and in --json.
 from __future__ import annotations
 
 import math
-import statistics
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from autotune.spec.labels import PLAIN, Labels
+from autotune.evidence.cells import baseline_runs, latest_digest
+from autotune.evidence.objectives import geometric_mean
+from autotune.evidence.scores import (
+    DEFAULT_PRECISION_PCT,
+    DEFAULT_TIE_PCT,
+    ConfigScore,
+    RatioInterval,
+    labels_of,
+    score,
+)
 from autotune.spec.methods import config_id
 
 if TYPE_CHECKING:
     # What choosing reads: the store's measurement record (a report frame's rows are turned
     # back into such records, see autotune.report.frames).
     from autotune.store.records import MeasurementRecord as MeasuredRow
-
-MAD_SCALE = 1.4826  # makes the MAD a consistent estimator of sigma under normal noise
-DEFAULT_TIE_PCT = 1.0
-DEFAULT_PRECISION_PCT = 3.0
-"""The study's ``measurement.precision_pct`` when it sets none (the sequential rule's target
-and the drift limit)."""
-CONFIDENCE = 0.95
-"""Level of the confidence intervals of a median (sequential stopping, ties)."""
-
-
-@dataclass(frozen=True)
-class ConfigScore:
-    """One engine config's repeats at one (workload, concurrency)."""
-
-    method: str
-    draft: str | None
-    num_speculative_tokens: int
-    speculative_config: dict[str, Any] | None
-    trial_ids: tuple[int, ...]
-    throughputs: tuple[float, ...]
-    median_tok_s: float
-    mad_tok_s: float
-    score_tok_s: float
-    spread_pct: float
-    """(max - min) / median over repeats, in percent."""
-    mean_acceptance_length: float | None
-    acceptance_per_pos: tuple[float, ...]
-    loop_share: float | None = None
-    """Mean over its repeats of the share of replies that ended in a repeating loop (the
-    degeneracy guard, :mod:`autotune.engine.degeneracy`); None: not checked."""
-    labels: Labels = field(default=PLAIN, compare=False, repr=False)
-    """The names of the configs this one is shown with (autotune.spec.labels)."""
-
-    @property
-    def is_baseline(self) -> bool:
-        return self.speculative_config is None
-
-    @property
-    def degenerate(self) -> bool:
-        """Whether most of this config's replies were loops (drafts are accepted on loops)."""
-        from autotune.engine.degeneracy import LOOP_SHARE_LIMIT
-
-        return self.loop_share is not None and self.loop_share > LOOP_SHARE_LIMIT
-
-    @property
-    def repeats(self) -> int:
-        return len(self.throughputs)
-
-    def label(self, prose: bool = True) -> str:
-        """The config's name (autotune.spec.labels): ``off (no speculation)`` in prose,
-        ``off`` in tables (``prose=False``)."""
-        return self.labels(self.speculative_config, prose=prose)
-
-    def noisy(self, max_spread_pct: float) -> bool:
-        """Whether the repeats spread more than ``max_spread_pct`` (the study's
-        ``measurement.max_spread_pct``): the report's "noisy" flag and a low-confidence reason."""
-        return self.spread_pct > max_spread_pct
-
-    @property
-    def noise_tok_s(self) -> float:
-        """Half-width of the noise interval, 1.4826·MAD (a sigma under normal noise)."""
-        return MAD_SCALE * self.mad_tok_s
-
-    @property
-    def ci_log(self) -> float:
-        """Half-width of the 95% confidence interval of the median, in log units (0: no
-        measured noise, a single run or identical runs)."""
-        if self.repeats < 2 or any(t <= 0 for t in self.throughputs):
-            return 0.0
-        return math.log1p(median_ci_halfwidth_pct(self.throughputs) / 100.0)
-
-    def ties_with(self, other: ConfigScore) -> bool:
-        """Whether the 95% interval of the ratio of the two medians contains 1 (see the module
-        docstring); False when neither has measured noise."""
-        width = math.hypot(self.ci_log, other.ci_log)
-        if width <= 0 or self.median_tok_s <= 0 or other.median_tok_s <= 0:
-            return False
-        return abs(math.log(self.median_tok_s / other.median_tok_s)) <= width
-
-    def tie_pct(self, other: ConfigScore) -> float:
-        """The combined uncertainty of the two medians' ratio, ± percent."""
-        return 100.0 * (math.exp(math.hypot(self.ci_log, other.ci_log)) - 1.0)
-
-    def tie_interval(self, other: ConfigScore) -> RatioInterval:
-        """:meth:`tie_pct` with what it rests on (repeats, spreads), stated or undecided."""
-        noisier = 0 if self.ci_log >= other.ci_log else 1
-        return RatioInterval(
-            halfwidth_pct=self.tie_pct(other),
-            repeats=(self.repeats, other.repeats),
-            spread_pct=(self.spread_pct, other.spread_pct),
-            noisier=noisier,
-        )
-
-    def within_noise(self, other: ConfigScore) -> bool:
-        """Whether the noise intervals (median ± 1.4826·MAD) of ``self`` and ``other`` overlap,
-        so their order is not established by the repeats; False when neither has measured
-        noise."""
-        if self.noise_tok_s <= 0 and other.noise_tok_s <= 0:
-            return False
-        lo, hi = (self, other) if self.median_tok_s <= other.median_tok_s else (other, self)
-        return lo.median_tok_s + lo.noise_tok_s >= hi.median_tok_s - hi.noise_tok_s
-
-
-STATABLE_PCT = 100.0
-"""The widest half-width, in percent of the value, at which the 95% interval of a ratio of
-medians is printed as a number. Past it the interval spans more than halving to doubling, which
-bounds nothing a choice between two configs can use (two runs spreading 104% give ±308,880%:
-the t quantile is 12.7 at two runs, so two runs spreading more than about 11% are past it), and
-the comparison is reported *undecided* with what made it so, the repeats and their spread."""
-
-
-@dataclass(frozen=True)
-class RatioInterval:
-    """The 95% interval of the ratio of two configs' medians (:meth:`ConfigScore.tie_interval`)."""
-
-    halfwidth_pct: float
-    """± percent (``ConfigScore.tie_pct``); ``inf`` when a side has no usable interval."""
-    repeats: tuple[int, int]
-    spread_pct: tuple[float, float]
-    """Each side's (max - min) / median over its repeats, in percent."""
-    noisier: int
-    """The side (0 or 1) whose own interval is the wider: the one the undecided text names."""
-
-    @property
-    def undecided(self) -> bool:
-        """Whether the interval is too wide to state (over :data:`STATABLE_PCT`)."""
-        return not math.isfinite(self.halfwidth_pct) or self.halfwidth_pct > STATABLE_PCT
-
-    @property
-    def why(self) -> str:
-        """What makes it undecided: the noisier side's ``n=2, repeats spread 104.4%``."""
-        i = self.noisier
-        return f"n={self.repeats[i]}, repeats spread {self.spread_pct[i]:.1f}%"
-
-    def text(self) -> str:
-        """``within ±4.2%``, or ``undecided (n=2, repeats spread 104.4%)``."""
-        if not self.undecided:
-            return f"within ±{self.halfwidth_pct:.1f}%"
-        return f"undecided ({self.why})"
-
-    def cell(self) -> str:
-        """The table cell: the half-width, or ``undecided``."""
-        return "undecided" if self.undecided else f"{self.halfwidth_pct:.1f}"
-
-    def as_json(self) -> dict[str, Any]:
-        """``within_pct`` (null when undecided), ``undecided`` and the raw numbers."""
-        raw = self.halfwidth_pct
-        return {
-            "within_pct": None if self.undecided else round(raw, 3),
-            "undecided": self.undecided,
-            "halfwidth_pct": round(raw, 3) if math.isfinite(raw) else None,
-            "repeats": list(self.repeats),
-            "spread_pct": [round(s, 3) for s in self.spread_pct],
-        }
 
 
 @dataclass(frozen=True)
@@ -354,31 +212,6 @@ class Choice:
         )
 
 
-def median_ci_halfwidth_pct(throughputs: Sequence[float]) -> float:
-    """Half-width, in percent of the median, of the 95% confidence interval of the median
-    throughput of ``throughputs`` (one level's runs on one engine); ``inf`` below two runs.
-
-    A Student-t interval on log throughput: throughput noise is multiplicative (a slowed core
-    slows every request by a factor), and on the log scale the mean estimates the log median
-    under any symmetric noise, so ``exp(mean ± t·s/√n)`` bounds the median. A distribution-free
-    order-statistic interval would need at least 6 runs to reach 95% at all (its widest,
-    ``[min, max]``, covers 1 - 2/2^n), so it cannot stop at 3; the t-interval can, and it widens
-    honestly for few runs (t = 12.7 at 2 runs, 4.3 at 3). The quantile comes from
-    ``scipy.special.stdtrit`` (what ``scipy.stats.t.ppf`` calls, without the second it takes
-    to import ``scipy.stats``; scipy is installed with autotune for Optuna's GP sampler).
-    """
-    from scipy.special import stdtrit  # imported here: `import autotune` stays light
-
-    values = [math.log(t) for t in throughputs if t > 0]
-    n = len(values)
-    if n < 2 or n < len(throughputs):
-        return math.inf
-    sd = statistics.stdev(values)
-    half = float(stdtrit(n - 1, 0.5 + CONFIDENCE / 2)) * sd / math.sqrt(n)
-    # The interval is asymmetric on the linear scale; report its wider side.
-    return 100.0 * (math.exp(half) - 1.0)
-
-
 def _tie_words(interval: RatioInterval) -> str:
     return f"undecided: {interval.why}" if interval.undecided else interval.text()
 
@@ -389,46 +222,6 @@ def _diff(value: float, reference: float) -> str:
 
 def _pct(part: float, whole: float) -> str:
     return f"{100.0 * part / whole:.1f}%" if whole > 0 else "-"
-
-
-def labels_of(rows: Iterable[MeasuredRow]) -> Labels:
-    """The names of the configs measured in ``rows`` (knob variants told apart)."""
-    configs = {config_id(r.speculative_config): r.speculative_config for r in rows}
-    return Labels(configs.values())
-
-
-def score(rows: Sequence[MeasuredRow], labels: Labels = PLAIN) -> ConfigScore:
-    """Robust statistics of one config's repeats (``rows`` share a config and cell), named by
-    ``labels``."""
-    tput = [r.output_throughput_tok_s for r in rows]
-    med = statistics.median(tput)
-    mad = statistics.median(abs(t - med) for t in tput)
-    drafts = sum(r.num_drafts for r in rows)
-    accepted = sum(r.num_accepted_tokens for r in rows)
-    width = max((len(r.accepted_per_pos) for r in rows), default=0)
-    per_pos = [0] * width
-    for r in rows:
-        for i, a in enumerate(r.accepted_per_pos):
-            per_pos[i] += a
-    first = rows[0]
-    # Rows without the guard's fields (a recorded sweep's) count as not checked.
-    loops = [x for r in rows if (x := getattr(r, "loop_share", None)) is not None]
-    return ConfigScore(
-        method=first.method,
-        draft=first.draft,
-        num_speculative_tokens=first.num_speculative_tokens,
-        speculative_config=first.speculative_config,
-        trial_ids=tuple(sorted({r.trial_id for r in rows})),
-        throughputs=tuple(tput),
-        median_tok_s=med,
-        mad_tok_s=mad,
-        score_tok_s=med - MAD_SCALE * mad,
-        spread_pct=100.0 * (max(tput) - min(tput)) / med if med > 0 else 0.0,
-        mean_acceptance_length=(1.0 + accepted / drafts) if drafts else None,
-        acceptance_per_pos=tuple(a / drafts for a in per_pos) if drafts else (),
-        loop_share=statistics.fmean(loops) if loops else None,
-        labels=labels,
-    )
 
 
 def _mean_of(rows: Sequence[MeasuredRow], name: str) -> float | None:
@@ -481,16 +274,6 @@ def screen(scores: Iterable[ConfigScore]) -> tuple[list[ConfigScore], list[Confi
     return [s for s in scores if s.repeats >= least], [s for s in scores if s.repeats < least]
 
 
-def latest_digest(rows: Iterable[MeasuredRow], workload: str) -> str | None:
-    """The prompt-set digest of the newest measurement of ``workload``: older prompt sets never
-    mix with it."""
-    newest = None
-    for r in rows:
-        if r.workload == workload and (newest is None or r.created_at >= newest.created_at):
-            newest = r
-    return newest.workload_digest if newest else None
-
-
 def choose(
     rows: Sequence[MeasuredRow],
     workload: str,
@@ -532,7 +315,7 @@ def choose(
     # inside the 1% rule alone is no statistical tie).
     tied_with = tuple(s for s in group if statistical and s is not best and best.ties_with(s))
     baseline = next((s for s in scores if s.is_baseline), None)
-    runs = _baseline_runs(cell)
+    runs = baseline_runs(cell)
     drift = 100.0 * (runs[-1] / runs[0] - 1.0) if len(runs) > 1 and runs[0] > 0 else None
     return Choice(
         workload=workload,
@@ -551,72 +334,6 @@ def choose(
         distinct_4gram_ratio=_mean_of(cell, "distinct_4gram_ratio"),
         loop_at_max_tokens_share=_mean_of(cell, "loop_at_max_tokens_share"),
     )
-
-
-@dataclass(frozen=True)
-class Drift:
-    """The baseline's drift at one level between its first and last run (the drift check)."""
-
-    workload: str
-    concurrency: int
-    runs: tuple[float, ...]
-    """Median throughput in each run (trial), oldest first."""
-
-    @property
-    def drift_pct(self) -> float:
-        return 100.0 * (self.runs[-1] / self.runs[0] - 1.0) if self.runs[0] > 0 else 0.0
-
-    def line(self, precision_pct: float) -> str:
-        """One line for `report`."""
-        over = abs(self.drift_pct) > precision_pct
-        verdict = "over" if over else "within"
-        return (
-            f"baseline drift {self.workload} c={self.concurrency}: {self.drift_pct:+.1f}% "
-            f"({self.runs[0]:,.1f} then {self.runs[-1]:,.1f} tok/s; {verdict} the study's "
-            f"precision of ±{precision_pct:g}%{', low confidence' if over else ''})"
-        )
-
-
-def baseline_drift(
-    rows: Sequence[MeasuredRow], value: Callable[[MeasuredRow], float | None] | None = None
-) -> list[Drift]:
-    """Every level where the baseline ran twice (current prompt sets only), sorted; by output
-    throughput, or by ``value`` per measurement (a study's objective: None leaves a measurement
-    out)."""
-    out = []
-    for workload, concurrency in cells(rows):
-        digest = latest_digest(rows, workload)
-        cell = [
-            r
-            for r in rows
-            if (r.workload, r.concurrency, r.workload_digest) == (workload, concurrency, digest)
-        ]
-        runs = _baseline_runs(cell, value)
-        if len(runs) > 1:
-            out.append(Drift(workload, concurrency, runs))
-    return out
-
-
-def _baseline_runs(
-    cell: Sequence[MeasuredRow], value: Callable[[MeasuredRow], float | None] | None = None
-) -> tuple[float, ...]:
-    """The baseline's median throughput in each trial that measured it at this cell, oldest
-    trial first (two with the drift check). A confirmation start of the baseline
-    (:mod:`autotune.search.confirm`) is left out: the drift stays the one the drift check
-    measured, between the first engine of the study and the last of its search; the baseline's
-    score pools every start."""
-    by_trial: dict[int, list[float]] = defaultdict(list)
-    for r in cell:
-        if r.speculative_config is None and getattr(r, "purpose", None) != "confirm":
-            v = r.output_throughput_tok_s if value is None else value(r)
-            if v is not None:
-                by_trial[r.trial_id].append(v)
-    return tuple(statistics.median(by_trial[t]) for t in sorted(by_trial))
-
-
-def cells(rows: Iterable[MeasuredRow]) -> list[tuple[str, int]]:
-    """The (workload, concurrency) cells present in ``rows``, sorted."""
-    return sorted({(r.workload, r.concurrency) for r in rows})
 
 
 def choose_overall(
@@ -644,7 +361,7 @@ def choose_overall(
     w = [1.0 if weights is None else weights[lv.concurrency] for lv in levels]
 
     def geo(values: Sequence[float]) -> float:
-        return math.exp(sum(wi * math.log(v) for wi, v in zip(w, values, strict=True)) / sum(w))
+        return geometric_mean(values, w)
 
     common: dict[str, list[ConfigScore]] = defaultdict(list)
     for level in levels:

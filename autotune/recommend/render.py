@@ -132,7 +132,7 @@ def training_suggestion(
     the catalog has no draft for ``model`` and the study measured none that accepts at least
     ``threshold``, or the best trained draft the study measured at ``workload`` (newest prompt
     set, all levels) stays below ``threshold``. None otherwise."""
-    from autotune.recommend.choose import latest_digest
+    from autotune.evidence.cells import latest_digest
 
     digest = latest_digest(rows, workload)
     totals: dict[tuple[str, str | None, int], list[int]] = {}

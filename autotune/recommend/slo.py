@@ -10,10 +10,9 @@ meets it, :class:`NoConfigMeetsSLO` names the closest config: the one whose wors
 ``value / limit`` ratio is smallest.
 
 :func:`pareto_front` gives, per level, the configs no other config beats on both median
-throughput and p99 TPOT: the trade-off the report plots. :func:`good_requests` is vLLM's
-goodput count (requests that met the SLO), computed from the per-request (TTFT, TPOT) every
-measurement stores since schema 4, so goodput can be recomputed for any SLO later;
-:func:`choose_goodput` ranks a level by median goodput (``objective: goodput``).
+throughput and p99 TPOT: the trade-off the report plots. :func:`choose_goodput` ranks a level
+by median goodput (``objective: goodput``; vLLM's goodput per measurement is
+:mod:`autotune.evidence.objectives`'s).
 """
 
 from __future__ import annotations
@@ -25,25 +24,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from autotune.errors import NoResultError
-from autotune.recommend.choose import (
-    DEFAULT_TIE_PCT,
-    Choice,
-    ConfigScore,
-    choose,
-    choose_overall,
-    latest_digest,
-    rank,
-)
+from autotune.evidence.cells import latest_digest
+from autotune.evidence.objectives import METRICS, median_goodput
+from autotune.evidence.scores import DEFAULT_TIE_PCT, ConfigScore
+from autotune.recommend.choose import Choice, choose, choose_overall, rank
 from autotune.spec.methods import config_id
 from autotune.spec.slo import SLO
 
 if TYPE_CHECKING:
-    from autotune.engine._base import Measurement
-    from autotune.engine.stats import RequestTiming
     from autotune.spec.study import StudySpec
     from autotune.store.records import MeasurementRecord as MeasuredRow
-
-METRICS = ("p99_tpot_ms", "p99_ttft_ms", "p99_itl_ms")
 
 
 @dataclass(frozen=True)
@@ -218,11 +208,6 @@ def pareto_front(scores: Sequence[LatencyScore], metric: str = "p99_tpot_ms") ->
     )
 
 
-def study_slo(spec: StudySpec, workload: str) -> SLO:
-    """The SLO a study sets for ``workload`` (empty when the study has no ``slo:`` block)."""
-    return spec.slo.for_workload(workload) if spec.slo else SLO()
-
-
 def trade_off_rows(choice: SLOChoice, metric: str = "p99_tpot_ms") -> list[dict[str, Any]]:
     """One row per config of the cell for the report's throughput-vs-latency table and plot:
     its label, median tok/s, p99 latencies, whether it meets the SLO, is on the Pareto front,
@@ -273,60 +258,6 @@ def choose_overall_slo(
         raise NoConfigMeetsSLO(hardest, workload, hardest.plain.concurrency)
     kept = [r for r in rows if config_id(r.speculative_config) in allowed]
     return choose_overall(kept, workload, concurrencies, tie_pct, weights)
-
-
-def good_requests(latencies_ms: Sequence[tuple[float | None, float | None]], slo: SLO) -> int:
-    """How many requests met the SLO, by ``vllm bench serve``'s definition of goodput.
-
-    vLLM (``benchmarks/serve.py``: ``calculate_metrics``) counts a completed request as good
-    when each limited metric *of that request* is within its limit: TTFT, and TPOT as
-    (e2e - TTFT) / (output tokens - 1), taken as 0 for a one-token reply. The SLO's p99 limits
-    serve as those per-request limits; vLLM's goodput has no ITL term, so ``p99_itl_ms`` does not
-    enter. Requests that produced no chunk (TTFT None) did not complete and are not good.
-    """
-    good = 0
-    for ttft_ms, tpot_ms in latencies_ms:
-        if ttft_ms is None or tpot_ms is None:
-            continue
-        if slo.p99_ttft_ms is not None and ttft_ms > slo.p99_ttft_ms:
-            continue
-        if slo.p99_tpot_ms is not None and tpot_ms > slo.p99_tpot_ms:
-            continue
-        good += 1
-    return good
-
-
-def request_goodput(timings: Sequence[RequestTiming], duration_s: float, slo: SLO) -> float:
-    """Requests per second that met the SLO (:func:`good_requests`), for a run's timings."""
-    from autotune.engine.stats import request_latencies_ms
-
-    if duration_s <= 0:
-        raise ValueError("duration_s must be positive")
-    return good_requests(request_latencies_ms(timings), slo) / duration_s
-
-
-def measurement_goodput(m: Measurement, slo: SLO) -> float | None:
-    """A stored measurement's goodput in requests/s under ``slo``; None when it has no
-    per-request latencies (a replayed landscape, or stored before schema 4)."""
-    if not m.request_latencies_ms or m.measure_s <= 0:
-        return None
-    return good_requests(m.request_latencies_ms, slo) / m.measure_s
-
-
-def median_goodput(
-    rows: Sequence[MeasuredRow], workload: str, concurrency: int, slo: SLO
-) -> dict[str, float]:
-    """Per config (by :func:`config_id`), the median goodput over its repeats at one level of
-    the workload's latest prompt set; configs without per-request data are left out."""
-    digest = latest_digest(rows, workload)
-    values: dict[str, list[float]] = defaultdict(list)
-    for r in rows:
-        if (r.workload, r.concurrency, r.workload_digest) != (workload, concurrency, digest):
-            continue
-        g = measurement_goodput(r, slo)
-        if g is not None:
-            values[config_id(r.speculative_config)].append(g)
-    return {key: statistics.median(v) for key, v in values.items()}
 
 
 def choose_goodput(

@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any
 from autotune.spec.methods import config_id
 
 if TYPE_CHECKING:
-    from autotune.recommend.choose import Choice, ConfigScore
+    from autotune.evidence.scores import ConfigScore
+    from autotune.recommend.choose import Choice
     from autotune.store.records import MeasurementRecord as MeasuredRow
 
 PURPOSE_WORDS = {"drift": "drift check", "confirm": "confirmation"}

@@ -1,7 +1,8 @@
 """pandas frames of a study: one row per measurement, and one row per config × cell summarised.
 
-The summary uses the recommendation's own statistics (``autotune.recommend.choose.score`` and
-``rank``), so a report and ``autotune recommend`` never disagree about a number or a winner.
+The summary uses the recommendation's own statistics (``autotune.evidence.scores.score``) and
+ranking (``autotune.recommend.choose.rank``), so a report and ``autotune recommend`` never
+disagree about a number or a winner.
 """
 
 from __future__ import annotations
@@ -15,17 +16,15 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from autotune.recommend.choose import (
+from autotune.evidence.objectives import measurement_goodput
+from autotune.evidence.scores import (
     DEFAULT_PRECISION_PCT,
     DEFAULT_TIE_PCT,
     ConfigScore,
-    choose,
     labels_of,
-    rank,
     score,
-    screen,
 )
-from autotune.recommend.slo import measurement_goodput
+from autotune.recommend.choose import choose, rank, screen
 from autotune.spec.labels import PLAIN, Labels
 from autotune.spec.methods import config_id
 from autotune.spec.slo import SLO

@@ -138,7 +138,7 @@ def _answer_html(summary: pd.DataFrame, model: str, df: pd.DataFrame) -> str:
     The answer, its margin, its tie and its low confidence are ``recommend``'s own
     (``autotune.recommend.choose``: the same ``Choice`` per level), and the serve line is
     ``recommend --format args``: the measured engine args and tensor-parallel size included."""
-    from autotune.recommend.choose import DEFAULT_PRECISION_PCT
+    from autotune.evidence.scores import DEFAULT_PRECISION_PCT
     from autotune.recommend.render import serve_args
     from autotune.report.frames import level_choices
 

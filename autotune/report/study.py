@@ -15,7 +15,7 @@ from autotune.spec.loader import ResolvedStudy
 if TYPE_CHECKING:
     import pandas as pd
 
-    from autotune.recommend.choose import Drift
+    from autotune.evidence.cells import Drift
     from autotune.report.context import BucketSection
     from autotune.store import Store
 
@@ -38,7 +38,7 @@ class StudyReport:
     slo_text: dict[str, str]
     """Workload -> the study's SLO for it, as text ("" where it sets none)."""
     drift: tuple[Drift, ...]
-    """The baseline's drift per level (``autotune.recommend.choose.Drift``; the drift check)."""
+    """The baseline's drift per level (``autotune.evidence.cells.Drift``; the drift check)."""
     precision_pct: float
     """The study's ``measurement.precision_pct`` (the drift limit)."""
     buckets: tuple[BucketSection, ...]
@@ -89,7 +89,8 @@ def report_study(
     record = store.get_study(name)
     cov = coverage(store, record, planned) if record.status != FINISHED else None
     notes = () if cov is None or cov.exhausted else (cov.line(name),)
-    from autotune.recommend.choose import DEFAULT_PRECISION_PCT, baseline_drift
+    from autotune.evidence.cells import baseline_drift
+    from autotune.evidence.scores import DEFAULT_PRECISION_PCT
     from autotune.report.tradeoff import slo_of, trade_off_frame
 
     slo_text = {str(w): slo_of(df, str(w)).describe() for w in sorted(df["workload"].unique())}

@@ -4,8 +4,9 @@ Serving under a latency SLO trades throughput for tail latency: a deeper draft r
 but its multi-token chunks and longer verification steps raise TPOT and ITL. For each
 (workload, concurrency) level of a study's newest prompt sets, :func:`trade_off_frame` lists
 every rankable config with its median throughput, its p99 latencies (median over repeats, as
-:mod:`autotune.recommend.slo` judges them), its median goodput where the study has an SLO and
-the measurements carry per-request latencies, whether it meets the study's SLO, whether it is on
+:mod:`autotune.recommend.slo` judges them), its median goodput
+(:func:`autotune.evidence.objectives.median_goodput`) where the study has an SLO and the
+measurements carry per-request latencies, whether it meets the study's SLO, whether it is on
 the throughput-vs-p99-TPOT Pareto front, and whether it is the recommendation under the SLO. The
 HTML report plots it and ``autotune report`` prints the front.
 """
@@ -17,13 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from autotune.recommend.slo import (
-    METRICS,
-    NoConfigMeetsSLO,
-    choose_goodput,
-    choose_slo,
-    trade_off_rows,
-)
+from autotune.evidence.objectives import METRICS
+from autotune.recommend.slo import NoConfigMeetsSLO, choose_goodput, choose_slo, trade_off_rows
 from autotune.report.frames import GOODPUT
 from autotune.spec.methods import config_id
 from autotune.spec.slo import SLO

@@ -31,7 +31,9 @@ from dataclasses import dataclass, field
 
 from autotune.cluster.jobs import Cell
 from autotune.engine._base import EngineConfig, Measurement
-from autotune.recommend.choose import Choice, ConfigScore, baseline_drift, cells
+from autotune.evidence.cells import baseline_drift, cells
+from autotune.evidence.scores import ConfigScore
+from autotune.recommend.choose import Choice
 from autotune.search.objective import measurement_value
 from autotune.search.space import SearchSpace
 from autotune.search.strategy import noisy_cell
@@ -121,12 +123,8 @@ def plan(study: ResolvedStudy, space: SearchSpace, rows: Sequence[MeasurementRec
     ``objective: goodput``, among the configs meeting the SLO under an ``slo:``), and margins
     and the start-to-start spread are in the study's objective
     (:func:`autotune.search.objective.measurement_value`)."""
-    from autotune.recommend.slo import (
-        NoConfigMeetsSLO,
-        answers_by_goodput,
-        choose_level,
-        study_slo,
-    )
+    from autotune.evidence.objectives import study_slo
+    from autotune.recommend.slo import NoConfigMeetsSLO, answers_by_goodput, choose_level
 
     rows = [r for r in rows if r.purpose != CONFIRM]
     spec = study.spec

@@ -40,9 +40,10 @@ from dataclasses import dataclass
 
 from autotune.cluster.jobs import Cell
 from autotune.engine._base import EngineConfig, Measurement
+from autotune.evidence.cells import latest_digest
+from autotune.evidence.objectives import METRICS, study_slo
+from autotune.evidence.scores import DEFAULT_TIE_PCT
 from autotune.perf import PerfModel, Point
-from autotune.recommend.choose import DEFAULT_TIE_PCT, latest_digest
-from autotune.recommend.slo import METRICS, study_slo
 from autotune.search.memo import by_identity
 from autotune.search.space import Option, SearchSpace
 from autotune.search.strategy import SearchState, noisy_cell, plan_cells

@@ -5,13 +5,13 @@ Optuna mirror and the samplers share."""
 from __future__ import annotations
 
 import functools
-import math
 import statistics
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from autotune.engine._base import Measurement
+from autotune.evidence.objectives import geometric_mean
 from autotune.store import MeasurementRecord
 
 if TYPE_CHECKING:
@@ -51,7 +51,7 @@ def measurement_value(
     ``goodput`` its requests/s that met the workload's SLO (None: no per-request latencies)."""
     if spec.objective != "goodput":
         return lambda m: m.output_throughput_tok_s
-    from autotune.recommend.slo import measurement_goodput, study_slo
+    from autotune.evidence.objectives import measurement_goodput, study_slo
 
     return lambda m: measurement_goodput(m, study_slo(spec, m.workload))
 
@@ -61,8 +61,8 @@ def goodput_value(
 ) -> float:
     """Geometric mean over the measured (workload, concurrency) levels of the median goodput
     (requests/s that met the workload's SLO, vLLM's definition:
-    :func:`autotune.recommend.slo.good_requests`). A level where no request met the SLO makes
-    the value 0: under an SLO a config that fails somewhere measured is not a candidate there.
+    :func:`autotune.evidence.objectives.good_requests`). A level where no request met the SLO
+    makes the value 0: under an SLO a config that fails somewhere measured is not a candidate there.
     Measurements without per-request latencies (stored before schema 4) do not count."""
     value = measurement_value(spec)
     cells: dict[tuple[str, int], list[float]] = defaultdict(list)
@@ -73,7 +73,7 @@ def goodput_value(
     medians = [statistics.median(v) for v in cells.values()]
     if not medians or any(v <= 0 for v in medians):
         return 0.0
-    return math.exp(sum(math.log(v) for v in medians) / len(medians))
+    return geometric_mean(medians)
 
 
 def objective_value(measurements: Sequence[Measurement | MeasurementRecord]) -> float:
@@ -83,7 +83,7 @@ def objective_value(measurements: Sequence[Measurement | MeasurementRecord]) -> 
     medians = list(level_medians(measurements).values())
     if not medians or any(v <= 0 for v in medians):
         return 0.0
-    return math.exp(sum(math.log(v) for v in medians) / len(medians))
+    return geometric_mean(medians)
 
 
 def level_medians(

@@ -68,7 +68,8 @@ def fail_dead_optuna_trials(store: Store, optuna_name: str) -> int:
 def save_recommendations(store: Store, record: StudyRecord) -> int:
     """Store the current choice for every measured (workload, concurrency) of a study,
     replacing what an earlier run of the study stored."""
-    from autotune.recommend.choose import cells, choose
+    from autotune.evidence.cells import cells
+    from autotune.recommend.choose import choose
 
     rows = store.measurements(study=record.name)
     items: list[dict[str, Any]] = []

@@ -17,7 +17,7 @@ from typing import Protocol
 
 from autotune.cluster.jobs import Cell
 from autotune.engine._base import EngineConfig, Measurement
-from autotune.recommend.choose import DEFAULT_PRECISION_PCT, median_ci_halfwidth_pct
+from autotune.evidence.scores import DEFAULT_PRECISION_PCT, median_ci_halfwidth_pct
 from autotune.search.space import SearchSpace
 from autotune.spec.loader import ResolvedStudy
 from autotune.store import MeasurementRecord

@@ -134,8 +134,8 @@ def check_measured(
     from autotune.cluster.jobs import Cell
     from autotune.cluster.pools import pool_factory
     from autotune.datasets import prepare
+    from autotune.evidence.cells import baseline_drift, latest_digest
     from autotune.recommend import check as gate
-    from autotune.recommend.choose import baseline_drift, latest_digest
     from autotune.recommend.deployed import deployed_label
     from autotune.recommend.normalize import key
     from autotune.verify.run import engine_config

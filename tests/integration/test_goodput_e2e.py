@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from autotune import api
-from autotune.recommend.slo import choose_goodput, measurement_goodput
+from autotune.evidence.objectives import measurement_goodput
+from autotune.recommend.slo import choose_goodput
 from autotune.search.objective import GOODPUT_METRIC, goodput_value
 from autotune.spec.loader import ResolvedStudy
 from autotune.spec.slo import SLO

@@ -1,4 +1,4 @@
-"""The 95% interval of a ratio of medians as `recommend` states it (autotune.recommend.choose:
+"""The 95% interval of a ratio of medians as `recommend` states it (autotune.evidence.scores:
 ``ConfigScore.tie_interval``, ``RatioInterval``): a number while it bounds something, and
 "undecided" with the repeats and their spread past ±100% (``STATABLE_PCT``). On the throughputs
 of the recorded vLLM sweep (tests/data/vllm-sweep: 2 runs per cell on a loaded 2-core CPU, the
@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from autotune.recommend.choose import STATABLE_PCT, choose, score
+from autotune.evidence.scores import STATABLE_PCT, score
+from autotune.recommend.choose import choose
 
 SWEEP = Path(__file__).resolve().parents[2] / "tests" / "data" / "vllm-sweep" / "tiny-ngram"
 AT = datetime(2026, 1, 1, tzinfo=timezone.utc)

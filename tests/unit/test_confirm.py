@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from autotune import api
-from autotune.recommend.choose import baseline_drift, choose
+from autotune.evidence.cells import baseline_drift
+from autotune.recommend.choose import choose
 from autotune.search.confirm import CONFIRM, plan
 from autotune.search.space import SearchSpace
 from autotune.spec.loader import ResolvedStudy

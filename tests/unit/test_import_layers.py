@@ -1,6 +1,7 @@
 """The package's layers, read from the source: no import circles between files, each heavy
 dependency imported in its home only, no pair of subpackages that import each other, and spec/
-at the bottom (pydantic, yaml and the standard library only).
+at the bottom (pydantic, yaml and the standard library only), evidence/ under every layer that
+reads it, and the statistics read from evidence/, never from recommend/.
 
 Every import counts: module level, inside functions, and ``importlib.import_module("...")`` with
 a literal name (a lazy import is still a dependency of the layer that makes it).
@@ -43,22 +44,46 @@ def _modules() -> dict[str, Path]:
     return out
 
 
-def _imports(name: str, path: Path, modules: dict[str, Path]) -> tuple[set[str], set[str]]:
-    """(autotune modules, top-level third-party packages) that ``name`` imports."""
+def _walk(tree: ast.AST, runtime_only: bool = False) -> list[ast.AST]:
+    """Every node of ``tree``; with ``runtime_only``, not those under ``if TYPE_CHECKING:``
+    (imports for annotations only, never executed)."""
+    out: list[ast.AST] = []
+    todo = [tree]
+    while todo:
+        node = todo.pop()
+        out.append(node)
+        if runtime_only and isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            todo.extend(node.orelse)
+            continue
+        todo.extend(ast.iter_child_nodes(node))
+    return out
+
+
+def _from_base(name: str, path: Path, node: ast.ImportFrom) -> str:
+    """The absolute module a ``from ... import`` in module ``name`` (file ``path``) reads."""
+    base = node.module or ""
+    if node.level:
+        pkg = name.split(".")
+        if path.name != "__init__.py":
+            pkg = pkg[:-1]
+        pkg = pkg[: len(pkg) - (node.level - 1)]
+        base = ".".join([*pkg, base] if base else pkg)
+    return base
+
+
+def _imports(
+    name: str, path: Path, modules: dict[str, Path], runtime_only: bool = False
+) -> tuple[set[str], set[str]]:
+    """(autotune modules, top-level third-party packages) that ``name`` imports (with
+    ``runtime_only``: leaving out imports under ``if TYPE_CHECKING:``)."""
     inner: set[str] = set()
     outer: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in _walk(ast.parse(path.read_text()), runtime_only):
         targets: list[str] = []
         if isinstance(node, ast.Import):
             targets = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                pkg = name.split(".")
-                if path.name != "__init__.py":
-                    pkg = pkg[:-1]
-                pkg = pkg[: len(pkg) - (node.level - 1)]
-                base = ".".join([*pkg, base] if base else pkg)
+            base = _from_base(name, path, node)
             targets = [
                 f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names
             ]
@@ -182,3 +207,183 @@ def test_the_checker_sees_lazy_and_importlib_imports(tmp_path: Path):
     inner, outer = _imports("autotune.a", modules["autotune.a"], modules)
     assert inner == {"autotune.b"} and "vllm" in outer
     assert _cycles({"x": {"y"}, "y": {"x"}}) == [["x", "y"]]
+
+
+EVIDENCE_MAY_IMPORT = {
+    "autotune.evidence",
+    "autotune.spec",
+    "autotune.perf",
+    "autotune.errors",
+    # Two pure-Python facts of the engine, imported where used: the loop guard's limit
+    # (ConfigScore.degenerate) and per-request latencies from timings (request_goodput).
+    "autotune.engine.degeneracy",
+    "autotune.engine.stats",
+}
+"""What evidence/ may import when it runs: the layers below the ones that read it."""
+
+EVIDENCE_MAY_ANNOTATE = {"autotune.store.records", "autotune.engine._base"}
+"""What evidence/ may import for annotations only (under ``if TYPE_CHECKING:``): the records
+it reads."""
+
+EVIDENCE_THIRD_PARTY = {"scipy"}
+"""Third-party packages evidence/ may import: scipy's t quantile (the median's interval)."""
+
+
+def _within(module: str, allowed: set[str]) -> bool:
+    return any(module == a or module.startswith(f"{a}.") for a in allowed)
+
+
+def _evidence_violations(
+    modules: dict[str, Path],
+) -> list[tuple[str, str]]:
+    """(evidence module, what it may not import) pairs."""
+    bad: list[tuple[str, str]] = []
+    for name, path in sorted(modules.items()):
+        if not _within(name, {"autotune.evidence"}):
+            continue
+        runtime, third = _imports(name, path, modules, runtime_only=True)
+        every, _ = _imports(name, path, modules)
+        bad += [(name, t) for t in sorted(runtime) if not _within(t, EVIDENCE_MAY_IMPORT)]
+        annotated = every - runtime
+        allowed = EVIDENCE_MAY_IMPORT | EVIDENCE_MAY_ANNOTATE
+        bad += [(name, t) for t in sorted(annotated) if not _within(t, allowed)]
+        outer = third - set(sys.stdlib_module_names) - EVIDENCE_THIRD_PARTY
+        bad += [(name, t) for t in sorted(outer)]
+    return bad
+
+
+def test_evidence_imports_no_layer_that_reads_it():
+    """evidence/ (scores, cells, objectives, model points) imports the standard library, spec,
+    perf and errors, never recommend, search, report, store or any other layer above it: search,
+    recommend and report all read it, so it cannot read them."""
+    modules = _modules()
+    assert {"autotune.evidence.scores", "autotune.evidence.cells"} <= modules.keys()
+    assert _evidence_violations(modules) == []
+
+
+def test_the_evidence_check_fails_on_an_upper_layer(tmp_path: Path):
+    # The check must see a lazy import of an upper layer and a runtime store import, and let an
+    # annotation-only store record through.
+    modules = _modules()
+    fake = tmp_path / "fake.py"
+    fake.write_text(
+        "from typing import TYPE_CHECKING\n"
+        "from autotune.spec.labels import PLAIN\n"
+        "if TYPE_CHECKING:\n    from autotune.store.records import MeasurementRecord\n"
+        "def f():\n    from autotune.recommend.choose import choose\n"
+        "    from autotune.store import Store\n"
+    )
+    bad = _evidence_violations({**modules, "autotune.evidence.fake": fake})
+    assert bad == [
+        ("autotune.evidence.fake", "autotune.recommend.choose"),
+        ("autotune.evidence.fake", "autotune.store"),
+    ]
+
+
+OUTER_LAYERS = ("search", "report", "observe", "export", "verify", "bench")
+"""Subpackages that read recommend/ for its answers only (statistics come from evidence/)."""
+
+ANSWERING = {
+    "autotune.recommend": {"check"},  # the module: `from autotune.recommend import check`
+    "autotune.recommend.choose": {"Choice", "choose", "choose_overall", "rank", "screen"},
+    "autotune.recommend.slo": {
+        "NoConfigMeetsSLO",
+        "answers_by_goodput",
+        "choose_goodput",
+        "choose_level",
+        "choose_overall_slo",
+        "choose_slo",
+        "pareto_front",
+        "trade_off_rows",
+    },
+    "autotune.recommend.answer": {"FINISHED", "coverage"},
+    "autotune.recommend.check": {"label"},
+    "autotune.recommend.render": {"dsd_config", "ranges", "serve_args"},
+    "autotune.recommend.deployed": {"deployed_label"},
+    "autotune.recommend.normalize": {"differences", "key", "normalize"},
+    # check --measure's judging and its history lines
+    "autotune.recommend.measured": {
+        "DEFAULT_ACCEPTANCE_TOLERANCE",
+        "MODE",
+        "MeasuredCheck",
+        "SpeedupCheck",
+        "compare_acceptance",
+        "history_line",
+        "pooled",
+        "speedup_band",
+        "speedups",
+    },
+}
+"""The names outside recommend/ (but api.py and cli/) may import from it: answering, checking
+and rendering."""
+
+BENCH_SCRIPTS = Path(__file__).resolve().parents[2] / "bench"
+
+
+def _recommend_names(name: str, path: Path) -> set[tuple[str, str]]:
+    """(recommend module, name) for every name module ``name`` imports from recommend/;
+    ``(module, "*")`` for ``import autotune.recommend.x``."""
+    out: set[tuple[str, str]] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out |= {(a.name, "*") for a in node.names if _within(a.name, {"autotune.recommend"})}
+        elif isinstance(node, ast.ImportFrom):
+            base = _from_base(name, path, node)
+            if _within(base, {"autotune.recommend"}):
+                out |= {(base, a.name) for a in node.names}
+    return out
+
+
+def _statistics_from_recommend(files: dict[str, Path]) -> list[tuple[str, str, str]]:
+    return sorted(
+        (name, module, imported)
+        for name, path in files.items()
+        for module, imported in _recommend_names(name, path)
+        if imported not in ANSWERING.get(module, set())
+    )
+
+
+def _outer_files() -> dict[str, Path]:
+    files = {n: p for n, p in _modules().items() if _subpackage(n) in OUTER_LAYERS}
+    files |= {f"bench.{p.stem}": p for p in BENCH_SCRIPTS.glob("*.py")}
+    return files
+
+
+def test_outer_layers_import_only_answers_from_recommend():
+    """search/, report/, observe/, export/, verify/ and bench/ (and the bench scripts) read
+    scores, intervals, cells, drift and goodput from evidence/: from recommend/ they import
+    only what answers (ANSWERING)."""
+    files = _outer_files()
+    assert {_subpackage(n) for n in files} >= set(OUTER_LAYERS)
+    assert _statistics_from_recommend(files) == []
+    # No evidence name is on the list: what the evidence layer defines is never an answer.
+    evidence = {n: p for n, p in _modules().items() if _within(n, {"autotune.evidence"})}
+    defined = {name for path in evidence.values() for name in _defined(path)}
+    assert {"ConfigScore", "score", "latest_digest", "measurement_goodput", "MAD_SCALE"} <= defined
+    assert defined.isdisjoint(set().union(*ANSWERING.values()))
+
+
+def _defined(path: Path) -> set[str]:
+    """The names a module defines at its top level (functions, classes, constants)."""
+    out: set[str] = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.FunctionDef | ast.ClassDef):
+            out.add(node.name)
+        elif isinstance(node, ast.Assign):
+            out |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            out.add(node.target.id)
+    return out
+
+
+def test_the_recommend_check_fails_on_a_statistics_name(tmp_path: Path):
+    fake = tmp_path / "fake.py"
+    fake.write_text(
+        "from autotune.recommend.choose import choose\n"
+        "def f():\n    from autotune.recommend.choose import ConfigScore\n"
+        "    from autotune.recommend import choose as c\n"
+    )
+    assert _statistics_from_recommend({"autotune.search.fake": fake}) == [
+        ("autotune.search.fake", "autotune.recommend", "choose"),
+        ("autotune.search.fake", "autotune.recommend.choose", "ConfigScore"),
+    ]

@@ -21,7 +21,8 @@ import pytest
 
 from autotune import api
 from autotune.engine import EngineConfig, EngineInfo, Measurement
-from autotune.recommend.choose import MAD_SCALE, choose
+from autotune.evidence.scores import MAD_SCALE
+from autotune.recommend.choose import choose
 from autotune.report.frames import frame_from_records, summary_frame
 from autotune.store import Store
 from autotune.testing.landscapes import NGRAM1_CLEAR, NGRAM_TWO_LEVELS, write_rows

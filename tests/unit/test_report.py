@@ -18,7 +18,8 @@ from autotune.cli import cli
 from autotune.cli._common import Context, report_errors
 from autotune.cli.report import report
 from autotune.engine.landscape import LandscapePoint
-from autotune.recommend.choose import MAD_SCALE, choose
+from autotune.evidence.scores import MAD_SCALE
+from autotune.recommend.choose import choose
 from autotune.report import (
     measurements_frame,
     plot_png,

@@ -279,7 +279,7 @@ def test_request_goodput_matches_vllm_bench_serve() -> None:
     from vllm.benchmarks.serve import calculate_metrics
 
     from autotune.engine.stats import RequestTiming
-    from autotune.recommend.slo import request_goodput
+    from autotune.evidence.objectives import request_goodput
 
     rng = random.Random(7)
     timings = []
@@ -436,7 +436,7 @@ def test_goodput_from_the_stored_pairs_is_goodput_from_the_timings() -> None:
     later, exactly as from the run's timings."""
     from autotune.engine._base import Measurement
     from autotune.engine.stats import request_latencies_ms
-    from autotune.recommend.slo import measurement_goodput, request_goodput
+    from autotune.evidence.objectives import measurement_goodput, request_goodput
 
     timings = _timings(3)
     pairs = request_latencies_ms(timings)
@@ -518,7 +518,7 @@ def test_goodput_value_is_the_geomean_of_level_medians() -> None:
     )
     assert metric_name(spec) == GOODPUT_METRIC
     slo = SLO(p99_tpot_ms=8)
-    from autotune.recommend.slo import request_goodput
+    from autotune.evidence.objectives import request_goodput
 
     def m(level: int, repeat: int, seed: int) -> Measurement:
         return Measurement(
