@@ -7,14 +7,20 @@ per-request (TTFT, TPOT) every measurement stores since schema 4, so goodput can
 for any SLO later; :func:`measurement_goodput` is one measurement's goodput in requests/s and
 :func:`median_goodput` a level's per config. :func:`geometric_mean` (optionally weighted) is how
 the trial value, the all-levels answer and the live prediction fold levels together.
+
+A trial's value (Optuna's, :func:`study_objective`) is the geometric mean over its measured
+levels of the median of :func:`measurement_value`: output throughput (:func:`objective_value`),
+or under ``objective: goodput`` requests/s that met the SLO (:func:`goodput_value`). Its name in
+the Optuna study is :mod:`autotune.search.objective`'s.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from autotune.evidence.cells import latest_digest
@@ -98,3 +104,59 @@ def geometric_mean(values: Sequence[float], weights: Sequence[float] | None = No
     return math.exp(
         sum(w * math.log(v) for w, v in zip(weights, values, strict=True)) / sum(weights)
     )
+
+
+def study_objective(
+    spec: StudySpec,
+) -> Callable[[Sequence[Measurement | MeasuredRow]], float]:
+    """The trial value the study's ``objective`` selects, over one config's measurements."""
+    if spec.objective == "goodput":
+        return functools.partial(goodput_value, spec=spec)
+    return objective_value
+
+
+def measurement_value(
+    spec: StudySpec,
+) -> Callable[[Measurement | MeasuredRow], float | None]:
+    """One measurement's worth under the study's ``objective``: its output throughput, or under
+    ``goodput`` its requests/s that met the workload's SLO (None: no per-request latencies)."""
+    if spec.objective != "goodput":
+        return lambda m: m.output_throughput_tok_s
+    return lambda m: measurement_goodput(m, study_slo(spec, m.workload))
+
+
+def goodput_value(measurements: Sequence[Measurement | MeasuredRow], spec: StudySpec) -> float:
+    """Geometric mean over the measured (workload, concurrency) levels of the median goodput
+    (requests/s that met the workload's SLO, vLLM's definition: :func:`good_requests`). A level
+    where no request met the SLO makes the value 0: under an SLO a config that fails somewhere
+    measured is not a candidate there. Measurements without per-request latencies (stored before schema 4) do not count."""
+    value = measurement_value(spec)
+    cells: dict[tuple[str, int], list[float]] = defaultdict(list)
+    for m in measurements:
+        g = value(m)
+        if g is not None:
+            cells[(m.workload, m.concurrency)].append(g)
+    medians = [statistics.median(v) for v in cells.values()]
+    if not medians or any(v <= 0 for v in medians):
+        return 0.0
+    return geometric_mean(medians)
+
+
+def objective_value(measurements: Sequence[Measurement | MeasuredRow]) -> float:
+    """Geometric mean over the measured (workload, concurrency) cells of the median output
+    throughput (Optuna's trial value; the model-guided search leaves out cells where a config
+    cannot win, so compare values only between configs measured at the same cells)."""
+    medians = list(level_medians(measurements).values())
+    if not medians or any(v <= 0 for v in medians):
+        return 0.0
+    return geometric_mean(medians)
+
+
+def level_medians(
+    measurements: Sequence[Measurement | MeasuredRow],
+) -> dict[tuple[str, int], float]:
+    """(workload, concurrency) -> the median output throughput of its repeats."""
+    cells: dict[tuple[str, int], list[float]] = defaultdict(list)
+    for m in measurements:
+        cells[(m.workload, m.concurrency)].append(m.output_throughput_tok_s)
+    return {level: statistics.median(v) for level, v in sorted(cells.items())}

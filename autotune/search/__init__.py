@@ -2,7 +2,6 @@
 (Optuna's samplers, the model-guided search), and the tuner loop."""
 
 from autotune.search.model_strategy import ModelStrategy
-from autotune.search.objective import objective_value
 from autotune.search.samplers import SAMPLERS, OptunaMirror, OptunaStrategy, make_sampler
 from autotune.search.space import Option, SearchSpace
 from autotune.search.strategy import SearchState, Strategy
@@ -22,5 +21,4 @@ __all__ = [
     "Strategy",
     "Tuner",
     "make_sampler",
-    "objective_value",
 ]

@@ -32,9 +32,9 @@ from dataclasses import dataclass, field
 from autotune.cluster.jobs import Cell
 from autotune.engine._base import EngineConfig, Measurement
 from autotune.evidence.cells import baseline_drift, cells
+from autotune.evidence.objectives import measurement_value
 from autotune.evidence.scores import ConfigScore
 from autotune.recommend.choose import Choice
-from autotune.search.objective import measurement_value
 from autotune.search.space import SearchSpace
 from autotune.search.strategy import noisy_cell
 from autotune.search.wall_budget import WallBudget
@@ -122,7 +122,7 @@ def plan(study: ResolvedStudy, space: SearchSpace, rows: Sequence[MeasurementRec
     as its answer is (:func:`autotune.recommend.slo.choose_level`: by goodput under
     ``objective: goodput``, among the configs meeting the SLO under an ``slo:``), and margins
     and the start-to-start spread are in the study's objective
-    (:func:`autotune.search.objective.measurement_value`)."""
+    (:func:`autotune.evidence.objectives.measurement_value`)."""
     from autotune.evidence.objectives import study_slo
     from autotune.recommend.slo import NoConfigMeetsSLO, answers_by_goodput, choose_level
 

@@ -386,7 +386,7 @@ def _finished(
     store: Store, record: StudyRecord, study: ResolvedStudy
 ) -> tuple[dict[str, float | None], list[Any]]:
     """Config key -> value (None: failed) of the finished trials, and their measurements."""
-    from autotune.search.objective import study_objective
+    from autotune.evidence.objectives import study_objective
     from autotune.store import FINISHED_STATES, MEASURED_STATES
 
     objective = study_objective(study.spec)

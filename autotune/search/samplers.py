@@ -14,7 +14,8 @@ from typing import Any
 
 from autotune.cluster.jobs import Cell
 from autotune.engine._base import EngineConfig, Measurement
-from autotune.search.objective import METRIC, level_medians
+from autotune.evidence.objectives import level_medians
+from autotune.search.objective import METRIC
 from autotune.search.space import SearchSpace
 from autotune.search.strategy import SearchState, Strategy, noisy_cell, plan_cells
 from autotune.spec.labels import Labels

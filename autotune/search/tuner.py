@@ -53,13 +53,9 @@ from autotune.engine._base import (
     PreparedWorkload,
 )
 from autotune.errors import SpecError, StoreError
+from autotune.evidence.objectives import level_medians, study_objective
 from autotune.search.confirm import CONFIRM, Budget, Confirmer, Step, confirm_cell
-from autotune.search.objective import (
-    level_medians,
-    metric_name,
-    objective_unit,
-    study_objective,
-)
+from autotune.search.objective import metric_name, objective_unit
 from autotune.search.samplers import (
     OptunaMirror,
     OptunaStrategy,

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from autotune import api
-from autotune.evidence.objectives import measurement_goodput
+from autotune.evidence.objectives import goodput_value, measurement_goodput
 from autotune.recommend.slo import choose_goodput
-from autotune.search.objective import GOODPUT_METRIC, goodput_value
+from autotune.search.objective import GOODPUT_METRIC
 from autotune.spec.loader import ResolvedStudy
 from autotune.spec.slo import SLO
 

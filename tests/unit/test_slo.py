@@ -504,7 +504,8 @@ def test_goodput_value_is_the_geomean_of_level_medians() -> None:
 
     from autotune.engine._base import Measurement
     from autotune.engine.stats import request_latencies_ms
-    from autotune.search.objective import GOODPUT_METRIC, goodput_value, metric_name
+    from autotune.evidence.objectives import goodput_value
+    from autotune.search.objective import GOODPUT_METRIC, metric_name
     from autotune.spec.study import StudySpec
 
     spec = StudySpec.model_validate(
