@@ -10,6 +10,7 @@ a literal name (a lazy import is still a dependency of the layer that makes it).
 from __future__ import annotations
 
 import ast
+import functools
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -59,6 +60,13 @@ def _walk(tree: ast.AST, runtime_only: bool = False) -> list[ast.AST]:
     return out
 
 
+@functools.cache
+def _tree(path: Path) -> ast.Module:
+    """A source file's syntax tree, parsed once per test process (every test here walks the
+    same ~170 files)."""
+    return ast.parse(path.read_text())
+
+
 def _from_base(name: str, path: Path, node: ast.ImportFrom) -> str:
     """The absolute module a ``from ... import`` in module ``name`` (file ``path``) reads."""
     base = node.module or ""
@@ -78,7 +86,7 @@ def _imports(
     ``runtime_only``: leaving out imports under ``if TYPE_CHECKING:``)."""
     inner: set[str] = set()
     outer: set[str] = set()
-    for node in _walk(ast.parse(path.read_text()), runtime_only):
+    for node in _walk(_tree(path), runtime_only):
         targets: list[str] = []
         if isinstance(node, ast.Import):
             targets = [a.name for a in node.names]
@@ -324,7 +332,7 @@ def _recommend_names(name: str, path: Path) -> set[tuple[str, str]]:
     """(recommend module, name) for every name module ``name`` imports from recommend/;
     ``(module, "*")`` for ``import autotune.recommend.x``."""
     out: set[tuple[str, str]] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(_tree(path)):
         if isinstance(node, ast.Import):
             out |= {(a.name, "*") for a in node.names if _within(a.name, {"autotune.recommend"})}
         elif isinstance(node, ast.ImportFrom):
@@ -366,7 +374,7 @@ def test_outer_layers_import_only_answers_from_recommend():
 def _defined(path: Path) -> set[str]:
     """The names a module defines at its top level (functions, classes, constants)."""
     out: set[str] = set()
-    for node in ast.parse(path.read_text()).body:
+    for node in _tree(path).body:
         if isinstance(node, ast.FunctionDef | ast.ClassDef):
             out.add(node.name)
         elif isinstance(node, ast.Assign):
