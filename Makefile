@@ -48,11 +48,13 @@ endif
 	$(AUTOTUNE) --version
 	@touch $(STAMP)
 
-# The unit tests run in UNIT_JOBS processes (pytest-xdist; `auto`: one per core); the tests that
-# start engines, servers, Ray or PostgreSQL share them and run in one process after that.
+# The unit tests run in UNIT_JOBS processes (pytest-xdist; one more process than cores, as some
+# tests wait on a real clock, a subprocess or a server), a test at a time to whichever is free
+# (``--dist worksteal``); the tests that start engines, servers, Ray or PostgreSQL share them and
+# run in one process after that.
 # `make test` spells its first selection "not (...)": the unit selection's vLLM guard
 # (tests/conftest.py) stays off there, so tests that use vLLM where it is installed do so.
-UNIT_JOBS   ?= auto
+UNIT_JOBS   ?= $(shell echo $$(( $$(nproc 2>/dev/null || echo 1) + 1 )))
 HEAVY       := integration or models or contract or vllm
 # Their scratch files (the SQLite stores a test creates, committed with an fsync each time) go to
 # a tmpfs when one with at least 1 GiB free is mounted (UNIT_TMP=: the system's temp dir): on a
@@ -61,11 +63,11 @@ UNIT_TMP    ?= $(shell df -Pk /dev/shm 2>/dev/null | awk 'NR == 2 && $$4 > 10485
 UNIT_ENV    := $(if $(UNIT_TMP),TMPDIR=$(UNIT_TMP))
 
 test: $(STAMP)  ## every test: unit (slow ones too) in parallel, then the store contract and the real vLLM engine (CPU build where no GPU)
-	$(UNIT_ENV) $(PY) -m pytest -n $(UNIT_JOBS) --dist loadfile -m "not ($(HEAVY))" $(PYTEST_ARGS)
+	$(UNIT_ENV) $(PY) -m pytest -n $(UNIT_JOBS) --dist worksteal -m "not ($(HEAVY))" $(PYTEST_ARGS)
 	$(PY) -m pytest -m "$(HEAVY)" $(PYTEST_ARGS)
 
 test-unit: $(STAMP)  ## the fast loop (about 100 s on 2 cores, one process each): no vLLM import, no engine, Ray, tiny-model training, PostgreSQL or `slow` test
-	$(UNIT_ENV) $(PY) -m pytest -n $(UNIT_JOBS) --dist loadfile -m "not integration and not models and not contract and not vllm and not slow" $(PYTEST_ARGS)
+	$(UNIT_ENV) $(PY) -m pytest -n $(UNIT_JOBS) --dist worksteal -m "not integration and not models and not contract and not vllm and not slow" $(PYTEST_ARGS)
 
 test-contract: $(STAMP)  ## the store contract suite on SQLite and a real PostgreSQL server
 	$(PY) -m pytest -m contract $(PYTEST_ARGS)

@@ -583,6 +583,7 @@ def test_printed_commands_are_shell_quoted() -> None:
     assert words[words.index("--workload") + 1] == "my wl; rm -rf ~"
 
 
+@pytest.mark.slow  # three autotune processes and two mounts: `make test` runs it
 def test_read_only_store_folder_says_so(tmp_path: Path) -> None:
     """A store on a read-only mount is reported as read-only, not as a damaged store (a
     read-only bind mount of the store's folder: even root cannot write through it). Separate

@@ -80,6 +80,7 @@ def _open(page: Path, width: int, height: int) -> dict:
     return json.loads(m.group(1).replace("&quot;", '"').replace("&amp;", "&"))
 
 
+@pytest.mark.slow  # replays the whole recorded sweep (grid, 3 repeats) and renders its figures: `make test` runs it
 def test_report_is_small_and_offline(report):
     page, _ = report
     text = page.read_text()
@@ -142,6 +143,7 @@ def slo_report(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, object]:
     return write_html(df, tmp / "report.html"), df
 
 
+@pytest.mark.slow  # replays the recorded sweep under an SLO and renders its figures: `make test` runs it
 def test_the_trade_off_figure_is_inline_svg_with_front_and_slo_line(slo_report):
     page, _ = slo_report
     text = page.read_text()
@@ -195,6 +197,7 @@ def _open_probe(probed: Path, width: int) -> dict:
     return json.loads(m.group(1).replace("&quot;", '"').replace("&amp;", "&"))
 
 
+@pytest.mark.slow  # replays the recorded sweep under an SLO and renders its figures: `make test` runs it
 def test_the_trade_off_with_plotly_is_interactive_and_offline(slo_report, tmp_path: Path):
     pytest.importorskip("plotly")
     _, df = slo_report

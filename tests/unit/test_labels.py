@@ -57,6 +57,7 @@ def knob_study(autotune, tmp_path: Path):
     return autotune, ran.stderr
 
 
+@pytest.mark.slow  # a knob study through run, recommend, check, export and the HTML report: `make test` runs it
 def test_a_knob_study_names_its_configs_apart_and_alike_everywhere(knob_study, tmp_path):
     autotune, progress = knob_study
     # Progress: one line per engine config, each a different name.

@@ -268,6 +268,7 @@ def test_html_without_plotly_embeds_png(frame, tmp_path: Path):
     assert "eagle3 N=" in text and text.count("<script") == 1 and "<script src=" not in text
 
 
+@pytest.mark.slow  # renders the three figures as SVG (matplotlib): `make test` runs it
 def test_html_default_embeds_scalable_svg(frame, tmp_path: Path):
     text = write_html(frame, tmp_path / "r.html").read_text()
     assert text.count("<figure") == 3 and text.count("<svg") >= 3

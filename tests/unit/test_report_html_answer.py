@@ -12,6 +12,8 @@ import html
 import re
 from pathlib import Path
 
+import pytest
+
 LANDSCAPE = "bench/landscapes/cpu-tiny-llama.csv"
 
 
@@ -24,6 +26,7 @@ def _rows(page: str) -> dict[tuple[str, int], str]:
     return out
 
 
+@pytest.mark.slow  # a whole recorded sweep, its figures and six recommend runs: `make test` runs it
 def test_the_front_table_is_recommends_answer_tie_and_confidence(autotune, tmp_path: Path):
     created = autotune("study", "create", "--landscape", LANDSCAPE, "--name", "replayed")
     assert created.exit_code == 0, created.stderr

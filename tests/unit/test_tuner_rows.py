@@ -85,6 +85,7 @@ def store(tmp_path: Path) -> Store:
     return store
 
 
+@pytest.mark.slow  # reads the whole store back at every event of a 31-config search: `make test` runs it
 def test_the_strategy_sees_what_the_store_reads_on_several_slots(store: Store):
     tuner, strategy = _tuner(store, slots=4)
     with store.lease(NAME):
@@ -97,6 +98,7 @@ def test_the_strategy_sees_what_the_store_reads_on_several_slots(store: Store):
     assert tuner._rows == rows
 
 
+@pytest.mark.slow  # reads the whole store back at every event of two 31-config searches: `make test` runs it
 def test_a_resume_sees_the_reopened_trials_stored_cells(store: Store):
     """A driver killed mid-study leaves trials interrupted with cells stored; the resume
     reopens them, and every plan of it sees their stored cells with the rest."""

@@ -113,6 +113,7 @@ def test_the_stop_reason_and_the_spent_line_show_the_decision_time_in_minutes() 
     assert wall.spent() == "5.6 min" and wall.spent() in reason
 
 
+@pytest.mark.slow  # four runs on the real clock (engines sleep their recorded times): `make test` runs it
 def test_the_run_stops_keeps_its_answer_and_resume_continues(tmp_path: Path, store: Store) -> None:
     _create(store, tmp_path)
     first = api.run_study(store, "walled", replay_time_scale=SCALE)
