@@ -35,7 +35,7 @@ import dataclasses
 import math
 import statistics
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from autotune.cluster.jobs import Cell
@@ -76,6 +76,10 @@ class Candidate:
     """'model' (the model's range) or 'neighbor' (the convexity guard)."""
     levels: frozenset[Level] = frozenset()
     """The levels where it could beat the measured best: the only ones its engine measures."""
+    beside_best: frozenset[Level] = frozenset()
+    """The levels where the convexity guard (:meth:`ModelStrategy._neighbors`) found it next to
+    its method's best measured N on measurements alone: two or more N of a prefix-consistent
+    drafter measured (see :func:`rank_candidates`)."""
 
 
 @dataclass(frozen=True)
@@ -115,8 +119,9 @@ class ModelStrategy:
 
     Order: the baseline, then each method at its largest allowed N (the largest that did not
     fail; the published curve's N first where it has one), then the candidates of
-    :meth:`candidates`, highest predicted gain first. Stops (returns None) when no candidate
-    is left.
+    :meth:`candidates`, highest predicted gain first as :func:`rank_candidates` orders them
+    (a convexity-guard neighbour of a measured best that the model predicts to lose goes ahead
+    of a leader it may match). Stops (returns None) when no candidate is left.
     """
 
     def __init__(
@@ -539,7 +544,13 @@ class ModelStrategy:
             open_n = [n for n, c in configs.items() if c.key() not in taken]
             # With one N measured, the split of the step cost into fixed and per-token parts
             # (and any knee) is a prior: its range is widened by prior_slack.
-            slack = 1.0 + (self.prior_slack if sum(bool(c) for c in mine.values()) < 2 else 0.0)
+            two_n = sum(bool(c) for c in mine.values()) >= 2
+            slack = 1.0 + (0.0 if two_n else self.prior_slack)
+            # The guard's bound rests on measurements alone only with two or more N measured
+            # (one point leaves no convexity to lean on; the model's prior is widened instead)
+            # and for a prefix-consistent drafter (another's acceptance is bounded by N only).
+            rule = METHODS.get(option.method)
+            measured_guard = two_n and rule is not None and rule.prefix_consistent
             for n in open_n:
                 cand = self._by_model(
                     configs[n], option, n, levels, models, incumbent, slack, ratios=ratios
@@ -566,13 +577,13 @@ class ModelStrategy:
                         ratios=ratios,
                     )
                     assert cand is not None
-                    found[key] = dataclasses.replace(cand, levels=cand.levels | {level})
-        # Most promising first; among equals the smaller N (cheaper to verify, and the choosing
-        # rule prefers it on a tie).
-        return sorted(
-            found.values(),
-            key=lambda c: (-c.gain, -c.upside, c.config.num_speculative_tokens),
-        )
+                    found[key] = dataclasses.replace(
+                        cand,
+                        levels=cand.levels | {level},
+                        beside_best=cand.beside_best | ({level} if measured_guard else set()),
+                    )
+        # Most promising first, the guard's neighbours as rank_candidates says.
+        return rank_candidates(found.values())
 
     def _by_model(
         self,
@@ -771,6 +782,52 @@ def prior_anchor_n(curves: Sequence[AcceptanceCurve], n_values: Sequence[int]) -
             return None
         picks.append(kept_n)
     return max(picks)
+
+
+def rank_candidates(cands: Iterable[Candidate]) -> list[Candidate]:
+    """Candidates in the order their engines start: highest predicted gain (centre) first,
+    except where the model and the model-free convexity guard disagree about one level.
+
+    The centre of a prediction for an unmeasured N rests on the step-cost line through the
+    measured N of its method, which misses a knee between them (verification turning
+    compute-bound); its upper bound, widened by the method's fitted prefix ratio, is the
+    prediction's own uncertainty. So, repeatedly, of the candidates left, with ``top`` the one of
+    highest centre: a config of ``top``'s option that the guard found next to that option's best
+    measured N at ``top``'s level (``beside_best``), whose centre is below the measured best
+    (gain < 1) but whose upper bound reaches ``top``'s centre, goes first. At that level the
+    line moves the option's best N to ``top``'s while measurements alone (t_step monotone and
+    convex in N) say it may move by one, and the model cannot rank ``top`` above it: one engine
+    at the neighbour settles which, where a knee the line misses puts the optimum. Highest
+    centre first among such. A neighbour the model predicts to win keeps its place by its
+    centre (model and guard agree), and one beside the best of another level or option does
+    not delay ``top`` (there they do not compete).
+
+    Candidates nothing predicts (infinite gain) keep their place at the front; otherwise ties
+    go by (-upside, N), the smaller N first (cheaper to verify, and the choosing rule prefers
+    it on a tie)."""
+    rest = sorted(cands, key=lambda c: (-c.gain, -c.upside, c.config.num_speculative_tokens))
+    out: list[Candidate] = []
+    while rest:
+        top = pick = rest[0]
+        if math.isfinite(top.gain) and top.level is not None:
+            rivals = (
+                c
+                for c in rest
+                if top.level in c.beside_best
+                and _option_key(c.config) == _option_key(top.config)
+                and c.gain < 1
+                and c.upside >= top.gain
+            )
+            pick = next(rivals, top)
+        out.append(pick)
+        rest.remove(pick)
+    return out
+
+
+def _option_key(config: EngineConfig) -> tuple[str, str | None, tuple[tuple[str, str], ...]]:
+    """What the configs of one option share: method, draft and knobs (all but N)."""
+    params = tuple(sorted((k, repr(v)) for k, v in config.method_params.items()))
+    return config.method, config.draft, params
 
 
 def _run(p: Point, noise: float) -> _Run:
