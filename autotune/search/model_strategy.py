@@ -42,6 +42,7 @@ from autotune.cluster.jobs import Cell
 from autotune.engine._base import EngineConfig, Measurement
 from autotune.evidence.cells import latest_digest
 from autotune.evidence.objectives import METRICS, study_slo
+from autotune.evidence.points import point
 from autotune.evidence.scores import DEFAULT_TIE_PCT
 from autotune.perf import PerfModel, Point
 from autotune.search.memo import by_identity
@@ -967,26 +968,8 @@ def _by_level(cells: Mapping[str, Mapping[Level, Point]]) -> dict[Level, list[Po
 
 @by_identity(4096)  # performance only: most configs' repeats did not change since the last ask
 def _point(group: Sequence[MeasurementRecord]) -> Point:
-    """One cell's repeats as a model point: median throughput, spread, pooled a_i."""
-    first = group[0]
-    n = first.num_speculative_tokens
-    tputs = [r.output_throughput_tok_s for r in group]
-    med = statistics.median(tputs)
-    drafts = sum(r.num_drafts for r in group)
-    acceptance: tuple[float, ...] = ()
-    if n > 0 and drafts > 0 and all(len(r.accepted_per_pos) == n for r in group):
-        acceptance = tuple(
-            min(sum(r.accepted_per_pos[i] for r in group) / drafts, 1.0) for i in range(n)
-        )
-    return Point(
-        method=BASELINE if n == 0 else first.method,
-        num_speculative_tokens=n,
-        concurrency=first.concurrency,
-        output_throughput_tok_s=med,
-        acceptance_per_pos=acceptance,
-        num_repeats=len(tputs),
-        spread=(max(tputs) - min(tputs)) / med,
-    )
+    """One cell's repeats as a model point (:func:`autotune.evidence.points.point`)."""
+    return point(group, group[0].method, group[0].num_speculative_tokens)
 
 
 def _as_method(p: Point, method: str) -> Point:
