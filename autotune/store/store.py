@@ -1050,8 +1050,9 @@ def _create_optuna_schema(optuna: Any, url: str, **kwargs: Any) -> None:
         engine = create_engine(url, **kwargs.get("engine_kwargs", {}))
         try:
             with engine.begin() as conn:
-                if MigrationContext.configure(conn).get_current_revision() is None:
-                    MigrationContext.configure(conn).stamp(_OPTUNA_SCRIPT[0], _OPTUNA_HEAD[0])
+                context = MigrationContext.configure(conn)
+                if context.get_current_revision() is None:
+                    context.stamp(_OPTUNA_SCRIPT[0], _OPTUNA_HEAD[0])
         finally:
             engine.dispose()
         _optuna_rdb(optuna, url, **kwargs).engine.dispose()
