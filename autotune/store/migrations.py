@@ -21,7 +21,9 @@ revision`` with ``script_location`` ``autotune/store/schema`` writes the skeleto
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import Connection, insert, inspect, select, text, update
 
@@ -98,7 +100,7 @@ def upgrade(
     if version is None:
         Base.metadata.create_all(conn)
         conn.execute(insert(MetaRow).values(key="schema_version", value=str(target)))
-        _alembic(conn, script_location, "stamp", revision(target))
+        _stamp_new(conn, script_location, revision(target))
         return target
     if version > target:
         raise StoreError(
@@ -115,6 +117,28 @@ def upgrade(
     # Tables added in later versions (create_all skips existing ones).
     Base.metadata.create_all(conn)
     return target
+
+
+@functools.cache
+def _scripts() -> Any:
+    """Alembic's view of the installed revisions (package data: they do not change while a
+    process runs), loaded once per process."""
+    from alembic.script import ScriptDirectory
+
+    return ScriptDirectory(str(SCRIPT_LOCATION))
+
+
+def _stamp_new(conn: Connection, script_location: Path | None, to: str) -> None:
+    """Stamp a new database at ``to`` in autotune's version table: what ``alembic stamp`` does
+    through ``schema/env.py``, without loading the environment and the scripts for every store
+    created (a new database runs no migration)."""
+    if script_location is not None:
+        _alembic(conn, script_location, "stamp", to)
+        return
+    from alembic.runtime.migration import MigrationContext
+
+    context = MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE})
+    context.stamp(_scripts(), to)
 
 
 def _alembic(

@@ -20,12 +20,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import (
     DateTime,
     Engine,
     String,
+    Table,
     Update,
     bindparam,
     create_engine,
@@ -38,7 +39,7 @@ from sqlalchemy import (
     text,
     update,
 )
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import CursorResult, RowMapping, make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.sql.elements import ColumnElement
@@ -125,7 +126,9 @@ def _fence_statement(conn: Session | Any, lease: Lease) -> bool:
     transaction (on PostgreSQL the row stays locked until it commits, so a takeover waits for
     it; on SQLite the UPDATE takes the database's write lock). False: another driver took the
     lease over, and the caller must write nothing."""
-    dialect = _dialect(conn) if isinstance(conn, Session) else conn.dialect.name
+    if isinstance(conn, Session):
+        conn = conn.connection()
+    dialect = conn.dialect.name
     if dialect == "postgresql":
         # A driver suspended inside this transaction must not hold the lease row (and with it
         # every takeover) for much longer than its TTL: the server ends its session then (not
@@ -143,12 +146,15 @@ def _fence_statement(conn: Session | Any, lease: Lease) -> bool:
 @functools.cache
 def _touch_lease(dialect: str) -> Update:
     """The fence's UPDATE, built once per dialect (it runs before every write a driver makes;
-    building it anew each time was a third of its cost); the lease comes as parameters."""
+    building it anew each time was a third of its cost); the lease comes as parameters. On the
+    table (Core), not the ORM class: the ORM's bulk UPDATE would also look for the lease row in
+    the session to synchronize it, which nothing here needs."""
+    lease = cast(Table, LeaseRow.__table__)
     return (
-        update(LeaseRow)
+        update(lease)
         .where(
-            LeaseRow.study_name == bindparam("lease_study"),
-            LeaseRow.token == bindparam("lease_token"),
+            lease.c.study_name == bindparam("lease_study"),
+            lease.c.token == bindparam("lease_token"),
         )
         .values(heartbeat_at=db_now(dialect))
     )
@@ -215,6 +221,8 @@ class Store:
         self._keepers: dict[str, _LeaseKeeper] = {}
         self._fence: Lease | None = None
         """The lease every driver write checks in its own transaction (``Store.lease``)."""
+        self._optuna_ready = False
+        """Optuna's tables were found or created (:meth:`ensure_optuna_schema`)."""
 
     # --- plumbing ---------------------------------------------------------------------------
 
@@ -270,6 +278,7 @@ class Store:
         if self.url.startswith("sqlite"):
             kwargs.setdefault("engine_kwargs", {"connect_args": {"timeout": 30}})
         self.ensure_optuna_schema()
+        kwargs.setdefault("skip_table_creation", True)  # they exist: just ensured
         storage = _optuna_rdb(optuna, self.url, **kwargs)
         self._fence_engine(storage.engine)
         return storage
@@ -299,20 +308,24 @@ class Store:
 
     def ensure_optuna_schema(self) -> None:
         """Create Optuna's tables unless they exist, serialized with every other creator."""
+        if self._optuna_ready:  # tables once there stay there: checked once per Store
+            return
         self._connect()
         assert self._engine is not None
-        if _optuna_schema_current(self._engine):
-            return
-        import optuna
+        if not _optuna_schema_current(self._engine):
+            import optuna
 
-        kwargs: dict[str, Any] = {}
-        if self.url.startswith("sqlite"):
-            kwargs["engine_kwargs"] = {"connect_args": {"timeout": 30}}
-        with schema_lock(self._engine, _sqlite_path(self.url)):
-            try:
-                _create_optuna_schema(optuna, self.url, **kwargs)
-            except SQLAlchemyError as exc:
-                raise StoreError(f"cannot create Optuna's tables: {self._one_line(exc)}") from None
+            kwargs: dict[str, Any] = {}
+            if self.url.startswith("sqlite"):
+                kwargs["engine_kwargs"] = {"connect_args": {"timeout": 30}}
+            with schema_lock(self._engine, _sqlite_path(self.url)):
+                try:
+                    _create_optuna_schema(optuna, self._engine, self.url, **kwargs)
+                except SQLAlchemyError as exc:
+                    raise StoreError(
+                        f"cannot create Optuna's tables: {self._one_line(exc)}"
+                    ) from None
+        self._optuna_ready = True
 
     @contextmanager
     def session(self) -> Iterator[Session]:
@@ -436,11 +449,13 @@ class Store:
 
     def set_study_status(self, name: str, status: str) -> None:
         with self._driver_write() as s:
-            row = s.scalar(select(StudyRow).where(StudyRow.name == name))
-            if row is None:
+            done = s.connection().execute(
+                update(_STUDY)
+                .where(_STUDY.c.name == name)
+                .values(status=status, updated_at=utcnow())
+            )
+            if done.rowcount != 1:
                 raise NotFoundError(f"no study named {name!r}")
-            row.status = status
-            row.updated_at = utcnow()
 
     def _study_record(self, s: Session, row: StudyRow) -> StudyRecord:
         counts = s.execute(
@@ -487,39 +502,41 @@ class Store:
             number = (
                 s.scalar(select(func.count(TrialRow.id)).where(TrialRow.study_id == study.id)) or 0
             )
-            row = TrialRow(
-                study_id=study.id,
-                number=number,
-                optuna_trial_number=optuna_trial_number,
-                config_key=config.key(),
-                method=config.method,
-                draft=config.draft,
-                num_speculative_tokens=config.num_speculative_tokens,
-                method_params=dict(config.method_params),
-                speculative_config=config.speculative_config(),
-                engine_args=dict(config.engine_args),
-                env=dict(config.env),
-                tensor_parallel_size=config.tensor_parallel_size,
-                state="running",
-                purpose=purpose,
+            inserted = s.connection().execute(
+                insert(_TRIAL),
+                {
+                    "study_id": study.id,
+                    "number": number,
+                    "optuna_trial_number": optuna_trial_number,
+                    "config_key": config.key(),
+                    "method": config.method,
+                    "draft": config.draft,
+                    "num_speculative_tokens": config.num_speculative_tokens,
+                    "method_params": dict(config.method_params),
+                    "speculative_config": config.speculative_config(),
+                    "engine_args": dict(config.engine_args),
+                    "env": dict(config.env),
+                    "tensor_parallel_size": config.tensor_parallel_size,
+                    "state": "running",
+                    "purpose": purpose,
+                },
             )
-            s.add(row)
-            s.flush()
-            return row.id
+            return _new_id(inserted)
 
     def record_engine(self, trial_id: int, info: EngineInfo) -> None:
         with self._driver_write() as s:
-            row = s.get(TrialRow, trial_id)
-            if row is None:
-                raise NotFoundError(f"no trial {trial_id}")
-            row.engine_start_s = info.engine_start_s
-            row.vllm_version = info.vllm_version
-            row.device_name = info.device_name
-            row.device_arch = info.device_arch
-            row.platform = info.platform
-            row.ray_node_id = info.ray_node_id or None
-            row.device_ids = info.device_ids
-            row.engine_started_at = info.engine_started_at or None
+            _update_trial(
+                s,
+                trial_id,
+                engine_start_s=info.engine_start_s,
+                vllm_version=info.vllm_version,
+                device_name=info.device_name,
+                device_arch=info.device_arch,
+                platform=info.platform,
+                ray_node_id=info.ray_node_id or None,
+                device_ids=info.device_ids,
+                engine_started_at=info.engine_started_at or None,
+            )
 
     def add_measurement(
         self, trial_id: int, m: Measurement, info: EngineInfo, config: EngineConfig
@@ -527,28 +544,24 @@ class Store:
         """Store one measurement; returns it as :meth:`measurements` will read it (read back
         in the same transaction), so the tuner need not read it again."""
         with self._driver_write() as s:
-            row = MeasurementRow(
-                trial_id=trial_id,
-                **observed(m),
-                mean_acceptance_length=m.mean_acceptance_length,
-                vllm_version=info.vllm_version,
-                device_name=info.device_name,
-                device_arch=info.device_arch,
-                ray_node_id=info.ray_node_id or None,
-                device_ids=info.device_ids,
-                engine_args=dict(config.engine_args),
-                env=dict(config.env),
+            conn = s.connection()
+            inserted = conn.execute(
+                _INSERT_MEASUREMENT,
+                {
+                    "trial_id": trial_id,
+                    **observed(m),
+                    "mean_acceptance_length": m.mean_acceptance_length,
+                    "vllm_version": info.vllm_version,
+                    "device_name": info.device_name,
+                    "device_arch": info.device_arch,
+                    "ray_node_id": info.ray_node_id or None,
+                    "device_ids": info.device_ids,
+                    "engine_args": dict(config.engine_args),
+                    "env": dict(config.env),
+                },
             )
-            s.add(row)
-            s.flush()
-            q = (
-                select(MeasurementRow, TrialRow, StudyRow)
-                .join(TrialRow, MeasurementRow.trial_id == TrialRow.id)
-                .join(StudyRow, TrialRow.study_id == StudyRow.id)
-                .where(MeasurementRow.id == row.id)
-                .execution_options(populate_existing=True)
-            )
-            return _measurement_record(*s.execute(q).one())
+            new_id = {"measurement_id": _new_id(inserted)}
+            return _measurement_record(conn.execute(_MEASUREMENT_BY_ID, new_id).mappings().one())
 
     def finish_trial(
         self,
@@ -561,13 +574,14 @@ class Store:
         if state not in FINISHED_STATES:
             raise ValueError(f"bad trial state {state!r}")
         with self._driver_write() as s:
-            row = s.get(TrialRow, trial_id)
-            if row is None:
-                raise NotFoundError(f"no trial {trial_id}")
-            row.state = state
-            row.failure_reason = failure_reason
-            row.engine_seconds = engine_seconds
-            row.finished_at = utcnow()
+            _update_trial(
+                s,
+                trial_id,
+                state=state,
+                failure_reason=failure_reason,
+                engine_seconds=engine_seconds,
+                finished_at=utcnow(),
+            )
 
     def abandon_running_trials(self, study: StudyRecord) -> int:
         """Mark trials left ``running`` by a driver that died or lost its lease as
@@ -597,14 +611,10 @@ class Store:
     def trial_measurements(self, trial_id: int) -> list[MeasurementRecord]:
         """One trial's stored measurements, whatever its state (an interrupted trial's too)."""
         with self.session() as s:
-            q = (
-                select(MeasurementRow, TrialRow, StudyRow)
-                .join(TrialRow, MeasurementRow.trial_id == TrialRow.id)
-                .join(StudyRow, TrialRow.study_id == StudyRow.id)
-                .where(MeasurementRow.trial_id == trial_id)
-                .order_by(MeasurementRow.id)
+            q = _MEASUREMENTS_READ.where(_MEASUREMENT.c.trial_id == trial_id).order_by(
+                _MEASUREMENT.c.id
             )
-            return [_measurement_record(m, t, st) for m, t, st in s.execute(q).all()]
+            return [_measurement_record(r) for r in s.connection().execute(q).mappings()]
 
     # --- leases: one live driver per study --------------------------------------------------
     #
@@ -778,22 +788,17 @@ class Store:
         if not self.exists():
             return []
         with self.session() as s:
-            q = (
-                select(MeasurementRow, TrialRow, StudyRow)
-                .join(TrialRow, MeasurementRow.trial_id == TrialRow.id)
-                .join(StudyRow, TrialRow.study_id == StudyRow.id)
-                .where(TrialRow.state.in_(MEASURED_STATES))
-            )
+            q = _MEASUREMENTS_READ.where(_TRIAL.c.state.in_(MEASURED_STATES))
             if study is not None:
-                q = q.where(StudyRow.name == study)
+                q = q.where(_STUDY.c.name == study)
             if model is not None:
-                q = q.where((StudyRow.model_alias == model) | (StudyRow.model == model))
+                q = q.where((_STUDY.c.model_alias == model) | (_STUDY.c.model == model))
             if workload is not None:
-                q = q.where(MeasurementRow.workload == workload)
+                q = q.where(_MEASUREMENT.c.workload == workload)
             if concurrency is not None:
-                q = q.where(MeasurementRow.concurrency == concurrency)
-            q = q.order_by(MeasurementRow.id)
-            return [_measurement_record(m, t, st) for m, t, st in s.execute(q).all()]
+                q = q.where(_MEASUREMENT.c.concurrency == concurrency)
+            q = q.order_by(_MEASUREMENT.c.id)
+            return [_measurement_record(r) for r in s.connection().execute(q).mappings()]
 
     # --- recommendations --------------------------------------------------------------------
 
@@ -1031,32 +1036,38 @@ _OPTUNA_SCRIPT: list[Any] = []
 """Optuna's own migration scripts (an Alembic ``ScriptDirectory``), loaded once per process."""
 
 
-def _create_optuna_schema(optuna: Any, url: str, **kwargs: Any) -> None:
+def _create_optuna_schema(optuna: Any, engine: Engine, url: str, **kwargs: Any) -> None:
     """Create Optuna's tables in a new store, as ``RDBStorage`` does, with its Alembic scripts
     loaded once per process.
 
-    On a new database Optuna stamps ``alembic_version`` at its head revision, and loads its
-    20-odd migration scripts twice to do so (their module bodies declare SQLAlchemy models:
-    about 0.2 s of CPU each time on 2 cores, per store created). The first store a process
-    creates goes through Optuna's own path, and its script directory is kept; later ones are
-    stamped at the same head with it first (Alembic's ``MigrationContext.stamp``), so Optuna's
-    initialisation finds the revision set and only creates its tables and version row. The
-    result is the same tables and rows (``tests/unit/test_store_optuna_schema.py`` checks it
-    against a store Optuna made alone). Should Optuna's internals move, its own path is used.
+    On a new database ``RDBStorage`` creates its tables from its models, writes its version row
+    and stamps ``alembic_version`` at its head revision, loading its 20-odd migration scripts
+    twice to do so (their module bodies declare SQLAlchemy models: about 0.2 s of CPU each time
+    on 2 cores, per store created), on two engines of its own. The first store a process creates
+    goes through Optuna's own path, and its script directory is kept; later ones get the same
+    three steps from Optuna's own models and scripts in one transaction on the store's engine
+    (Alembic's ``MigrationContext.stamp``). The result is the same tables and rows
+    (``tests/unit/test_store_optuna_schema.py`` checks it against a store Optuna made alone).
+    Should Optuna's internals move, or the database hold part of a schema, its own path is used.
     """
-    if _OPTUNA_SCRIPT and _OPTUNA_HEAD:
+    models = _optuna_models()
+    if _OPTUNA_SCRIPT and _OPTUNA_HEAD and models is not None:
         from alembic.runtime.migration import MigrationContext
 
-        engine = create_engine(url, **kwargs.get("engine_kwargs", {}))
-        try:
-            with engine.begin() as conn:
-                context = MigrationContext.configure(conn)
-                if context.get_current_revision() is None:
-                    context.stamp(_OPTUNA_SCRIPT[0], _OPTUNA_HEAD[0])
-        finally:
-            engine.dispose()
-        _optuna_rdb(optuna, url, **kwargs).engine.dispose()
-        return
+        with engine.begin() as conn:
+            context = MigrationContext.configure(conn)
+            if context.get_current_revision() is None:
+                models.BaseModel.metadata.create_all(conn)
+                version = models.VersionInfoModel.__table__
+                if conn.execute(select(func.count()).select_from(version)).scalar_one() == 0:
+                    conn.execute(
+                        insert(version).values(
+                            schema_version=models.SCHEMA_VERSION,
+                            library_version=optuna.__version__,
+                        )
+                    )
+                context.stamp(_OPTUNA_SCRIPT[0], _OPTUNA_HEAD[0])
+                return
     storage = _optuna_rdb(optuna, url, **kwargs)
     try:
         manager = getattr(storage, "_version_manager", None)
@@ -1065,6 +1076,16 @@ def _create_optuna_schema(optuna: Any, url: str, **kwargs: Any) -> None:
             _OPTUNA_SCRIPT.append(make())
     finally:
         storage.engine.dispose()
+
+
+def _optuna_models() -> Any:
+    """Optuna's table models (``optuna.storages._rdb.models``), or None should they move."""
+    try:
+        from optuna.storages._rdb import models
+    except ImportError:
+        return None
+    needed = ("BaseModel", "VersionInfoModel", "SCHEMA_VERSION")
+    return models if all(hasattr(models, n) for n in needed) else None
 
 
 def _optuna_schema_current(engine: Engine) -> bool:
@@ -1149,29 +1170,85 @@ def observed(m: Measurement) -> dict[str, Any]:
     return values
 
 
-def _measurement_record(m: MeasurementRow, t: TrialRow, st: StudyRow) -> MeasurementRecord:
-    values = {f.name: getattr(m, f.name) for f in fields(Measurement)}
-    values["accepted_per_pos"] = tuple(m.accepted_per_pos or ())
-    values["request_latencies_ms"] = tuple((r[0], r[1]) for r in (m.request_latencies_ms or ()))
+_MEASUREMENT = cast(Table, MeasurementRow.__table__)
+_TRIAL = cast(Table, TrialRow.__table__)
+_STUDY = cast(Table, StudyRow.__table__)
+
+_INSERT_MEASUREMENT = insert(_MEASUREMENT)
+"""A measurement's INSERT on the table (SQLAlchemy Core): the ORM's unit of work around one new
+row was most of a stored measurement's cost, and the tuner stores one per cell."""
+
+_FROM_TRIAL = (
+    "method",
+    "draft",
+    "num_speculative_tokens",
+    "speculative_config",
+    "engine_start_s",
+    "purpose",
+    "tensor_parallel_size",
+)
+"""A measurement record's fields that its trial holds (read as ``trial_NAME``)."""
+
+_OF_MEASUREMENT = (
+    "id",
+    "trial_id",
+    "created_at",
+    "vllm_version",
+    "device_name",
+    "device_arch",
+    "ray_node_id",
+    "device_ids",
+)
+"""A measurement record's fields beside the measured ones that its own row holds (the provenance
+is the measurement's, not its trial's)."""
+
+_MEASUREMENTS_READ = (
+    select(
+        *_MEASUREMENT.c,
+        _STUDY.c.name.label("study_name"),
+        _STUDY.c.model.label("study_model"),
+        *(_TRIAL.c[name].label(f"trial_{name}") for name in _FROM_TRIAL),
+    )
+    .select_from(_MEASUREMENT)
+    .join(_TRIAL, _MEASUREMENT.c.trial_id == _TRIAL.c.id)
+    .join(_STUDY, _TRIAL.c.study_id == _STUDY.c.id)
+)
+"""Measurements with their trial's config and their study, as plain rows (Core: the reads of a
+study's measurements and the tuner's read-back of each new one skip the ORM's entity loading)."""
+
+_MEASUREMENT_BY_ID = _MEASUREMENTS_READ.where(_MEASUREMENT.c.id == bindparam("measurement_id"))
+"""One measurement by id, built once: SQLAlchemy caches its compiled form under a key it computes
+once per statement object, and the tuner reads each new measurement back."""
+
+
+def _new_id(inserted: CursorResult[Any]) -> int:
+    """The primary key of the row a Core INSERT wrote."""
+    key = inserted.inserted_primary_key
+    if key is None or key[0] is None:
+        raise StoreError("the database returned no id for the new row")
+    return int(key[0])
+
+
+def _update_trial(s: Session, trial_id: int, **values: Any) -> None:
+    """Set columns of one trial (a Core UPDATE on the write's connection); NotFoundError when
+    there is no such trial."""
+    done = s.connection().execute(update(_TRIAL).where(_TRIAL.c.id == trial_id).values(**values))
+    if done.rowcount != 1:
+        raise NotFoundError(f"no trial {trial_id}")
+
+
+def _measurement_record(r: RowMapping) -> MeasurementRecord:
+    """A row of :data:`_MEASUREMENTS_READ` as a record: provenance from the measurement, the
+    config from its trial."""
+    values = {f.name: r[f.name] for f in fields(Measurement)}
+    values["accepted_per_pos"] = tuple(r["accepted_per_pos"] or ())
+    values["request_latencies_ms"] = tuple((x[0], x[1]) for x in (r["request_latencies_ms"] or ()))
     return MeasurementRecord(
         **values,
-        id=m.id,
-        trial_id=t.id,
-        study=st.name,
-        model=st.model,
-        method=t.method,
-        draft=t.draft,
-        num_speculative_tokens=t.num_speculative_tokens,
-        speculative_config=t.speculative_config,
-        engine_start_s=t.engine_start_s,
-        vllm_version=m.vllm_version,
-        device_name=m.device_name,
-        device_arch=m.device_arch,
-        engine_args=dict(m.engine_args or {}),
-        env=dict(m.env or {}),
-        created_at=m.created_at,
-        ray_node_id=m.ray_node_id,
-        device_ids=m.device_ids,
-        purpose=t.purpose,
-        tensor_parallel_size=t.tensor_parallel_size,
+        **{name: r[name] for name in _OF_MEASUREMENT},
+        **{name: r[f"trial_{name}"] for name in _FROM_TRIAL},
+        study=r["study_name"],
+        model=r["study_model"],
+        engine_args=dict(r["engine_args"] or {}),
+        env=dict(r["env"] or {}),
     )
