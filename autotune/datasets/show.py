@@ -51,10 +51,10 @@ def show_workload(name: str, tokenizer: str | None = None) -> WorkloadView:
 
 
 def _default_tokenizer() -> Any:
-    """The tiny CPU model's tokenizer (:func:`autotune.engine.default_tokenizer`)."""
-    from autotune.engine import default_tokenizer
+    """The tiny CPU model's BPE, ``encode`` only (:func:`autotune.engine.default_token_counter`)."""
+    from autotune.engine import default_token_counter
 
-    return default_tokenizer()
+    return default_token_counter()
 
 
 def _load_tokenizer(name: str) -> Any:

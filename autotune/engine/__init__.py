@@ -15,7 +15,7 @@ from autotune.engine._base import (
     PreparedWorkload,
     Prompt,
 )
-from autotune.engine.models import default_tokenizer, resolve_model
+from autotune.engine.models import default_token_counter, default_tokenizer, resolve_model
 
 __all__ = [
     "Engine",
@@ -26,6 +26,7 @@ __all__ = [
     "PreparedWorkload",
     "Prompt",
     "create_engine",
+    "default_token_counter",
     "default_tokenizer",
     "resolve_model",
 ]

@@ -22,11 +22,19 @@ def resolve_model(ref: str) -> str:
 
 
 def default_tokenizer() -> Any:
-    """The tiny CPU model's tokenizer: what prompt tokens are counted with when no tokenizer is
-    given (:func:`autotune.engine.tiny.default_tokenizer`)."""
+    """The tiny CPU model's tokenizer, a ``transformers`` one with its chat template
+    (:func:`autotune.engine.tiny.default_tokenizer`)."""
     from autotune.engine.tiny import default_tokenizer as tiny_tokenizer
 
     return tiny_tokenizer()
+
+
+def default_token_counter() -> Any:
+    """What prompt tokens are counted with when no tokenizer is given: the tiny CPU model's BPE,
+    ``encode`` only (:func:`autotune.engine.tiny.default_token_counter`)."""
+    from autotune.engine.tiny import default_token_counter as tiny_counter
+
+    return tiny_counter()
 
 
 # --- where a checkpoint's weights are (the preflight asks; nothing is built or downloaded) ----

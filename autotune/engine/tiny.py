@@ -157,16 +157,44 @@ def source_digest() -> str:
 
 
 def default_tokenizer() -> Any:
-    """The tiny CPU model's byte-level BPE (trained in seconds, without building the model):
-    what `autotune workload show` counts tokens with when no --tokenizer is given. Trained in a
-    child process, like the models. Loaded as the class it was saved as
-    (``PreTrainedTokenizerFast``): ``AutoTokenizer`` finds the same class but first imports
-    every model family's config (about 4 s of CPU on 2 cores, against 1 s)."""
+    """The tiny CPU model's byte-level BPE (trained in seconds, without building the model) as
+    a ``transformers`` tokenizer, chat template included. Trained in a child process, like the
+    models. Loaded as the class it was saved as (``PreTrainedTokenizerFast``): ``AutoTokenizer``
+    finds the same class but first imports every model family's config (about 4 s of CPU on 2
+    cores, against 1 s)."""
     from transformers import PreTrainedTokenizerFast
 
+    return PreTrainedTokenizerFast.from_pretrained(str(_tokenizer_dir()))
+
+
+class TokenCounter:
+    """The tiny BPE's ``encode`` through the ``tokenizers`` library, the Rust tokenizer that
+    ``PreTrainedTokenizerFast`` wraps: the same ids, special tokens included
+    (``tests/unit/test_tiny_models.py`` compares them). Counting tokens needs nothing more, and
+    importing ``transformers`` (its dependency checks read every installed distribution's
+    metadata) costs 1-4 s of CPU on 2 cores, against 0.01 s."""
+
+    def __init__(self, tokenizer_json: Path) -> None:
+        from tokenizers import Tokenizer
+
+        self._tokenizer = Tokenizer.from_file(str(tokenizer_json))
+
+    def encode(self, text: str) -> list[int]:
+        return list(self._tokenizer.encode(text).ids)
+
+
+def default_token_counter() -> TokenCounter:
+    """What `autotune workload show` counts prompt tokens with when no --tokenizer is given:
+    the tiny BPE of :func:`default_tokenizer`, without ``transformers``."""
+    return TokenCounter(_tokenizer_dir() / "tokenizer.json")
+
+
+def _tokenizer_dir() -> Path:
+    """The tiny BPE's directory: the tiny llama's when it is built, else one of its own, trained
+    on first use."""
     llama = default_cache_dir() / "llama"
     if (llama / "tokenizer.json").exists():
-        return PreTrainedTokenizerFast.from_pretrained(str(llama))
+        return llama
     out = default_cache_dir() / "tokenizer"
     if not (out / "tokenizer.json").exists():
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -183,7 +211,7 @@ def default_tokenizer() -> Any:
             raise AutotuneError(f"building the tiny tokenizer failed: {tail}")
         with contextlib.suppress(OSError):  # another process finished first
             tmp.rename(out)
-    return PreTrainedTokenizerFast.from_pretrained(str(out))
+    return out
 
 
 def _expected_provenance(deps: dict[str, Path]) -> dict[str, Any]:

@@ -77,6 +77,21 @@ def test_tokenizer_is_deterministic(tmp_path: Path) -> None:
     assert a.read_bytes() == b.read_bytes()
 
 
+@pytest.mark.parametrize("name", ["chat", "code", "mtbench"])
+def test_the_token_counter_counts_as_the_transformers_tokenizer(name: str) -> None:
+    """`workload show` counts with the `tokenizers` library alone; the ids are the ones the
+    tiny model's `transformers` tokenizer gives, special tokens included."""
+    from autotune.datasets import prepare
+    from autotune.engine import default_token_counter, default_tokenizer
+    from autotune.spec.loader import load_workload
+
+    spec, path = load_workload(name)
+    texts = [p.text for p in prepare(spec, Path(path).parent).prompts][:40]
+    counter, hf = default_token_counter(), default_tokenizer()
+    assert texts and all(counter.encode(t) == hf.encode(t) for t in texts)
+    assert counter.encode("hello") == hf("hello")["input_ids"]
+
+
 def _random_target(gen: torch.Generator, dims: Dims) -> Weights:
     """A random 2-layer Llama of ``dims`` (hidden 32, vocab 64) in checkpoint tensor names."""
     import torch
