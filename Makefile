@@ -68,7 +68,7 @@ test: $(STAMP)  ## every test: unit (slow ones too) in parallel, then the store 
 	$(UNIT_ENV) $(PY) -m pytest -n $(UNIT_JOBS) --dist worksteal -m "not ($(HEAVY))" $(PYTEST_ARGS)
 	$(PY) -m pytest -m "$(HEAVY)" $(PYTEST_ARGS)
 
-test-unit: $(STAMP)  ## the fast loop (about a minute on 2 cores): no vLLM import, no engine, Ray, tiny-model training, PostgreSQL or `slow` test
+test-unit: $(STAMP)  ## the fast loop (under a minute on 2 cores): no vLLM import, no engine, Ray, tiny-model training, PostgreSQL or `slow` test
 	$(UNIT_ENV) $(PY) -m pytest -n $(UNIT_JOBS) --dist worksteal -m "not integration and not models and not contract and not vllm and not slow" $(PYTEST_ARGS)
 
 test-contract: $(STAMP)  ## the store contract suite on SQLite and a real PostgreSQL server
