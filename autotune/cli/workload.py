@@ -86,7 +86,8 @@ def show(name: str, count: int, tokenizer: str | None, as_json: bool) -> None:
     \b
     Example:
       autotune workload show code
-      autotune workload show chat --tokenizer Qwen/Qwen3-Next-80B-A3B-Instruct
+      autotune workload show chat --tokenizer /models/Qwen3-Next-80B-A3B-Instruct
+      HF_HUB_OFFLINE=1 autotune workload show chat --tokenizer Qwen/Qwen3-Next-80B-A3B-Instruct
     """
     from dataclasses import asdict
 
