@@ -311,9 +311,10 @@ def emit_table(
 
     ``fmt="tsv"``: tab-separated. Otherwise, on a terminal (``terminal`` overrides the check) a
     rich table when every number and id fits in the terminal's ``width``, else plain aligned
-    columns as wide as they need. In a pipe or a file: plain aligned columns at most
-    ``PIPE_WIDTH`` (100) wide, text cells cut with "…" (a note on stderr says so; ``--format
-    tsv`` and ``--json`` print every cell whole); numbers and ids are never cut.
+    columns as wide as they need. In a pipe or a file: plain aligned columns, text cells cut
+    with "…" toward ``PIPE_WIDTH`` (100) columns (a note on stderr says so; ``--format tsv`` and
+    ``--json`` print every cell whole); numbers and ids are never cut, so a table of long ids
+    stays wider than that.
     """
     stream = sys.stderr if stderr else sys.stdout
     if fmt == "tsv":
