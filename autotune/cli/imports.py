@@ -93,11 +93,13 @@ def import_(
 
     \b
     Example:
+      # from the root of the autotune checkout, which ships this vLLM sweep:
       autotune import --vllm-sweep tests/data/vllm-sweep/tiny-ngram --workload code --name my-sweep
       autotune recommend --model tiny --workload code --study my-sweep --explain
+      autotune import --vllm-sweep tests/data/vllm-sweep/tiny-ngram --workload code --landscape exp1.csv
+      # your own SGLang bench_speculative.py output:
       autotune import --sglang-bench output.jsonl --model meta-llama/Llama-3.1-8B-Instruct \\
           --method eagle3 --draft yuhuili/EAGLE3-LLaMA3.1-Instruct-8B
-      autotune import --vllm-sweep tests/data/vllm-sweep/tiny-ngram --workload code --landscape exp1.csv
     """
     from autotune import api
 
