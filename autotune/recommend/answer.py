@@ -9,6 +9,7 @@ package never imports :mod:`autotune.search`.
 
 from __future__ import annotations
 
+import functools
 import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ from autotune.spec.loader import ResolvedStudy
 from autotune.spec.methods import config_id
 
 if TYPE_CHECKING:
+    from autotune.recommend.answer_value import Answer
     from autotune.recommend.check import CheckResult
     from autotune.recommend.choose import Choice
     from autotune.spec.context import BucketPick
@@ -275,6 +277,15 @@ class Recommendation:
     equally."""
     traffic: dict[int, float] | None = None
     """The traffic mix asked for (concurrency -> share of time), normalised."""
+    default: Choice | None = None
+    """The all-levels answer (every measured level weighted equally), whatever was asked."""
+
+    @functools.cached_property
+    def answer(self) -> Answer:
+        """The one answer every surface renders (:mod:`autotune.recommend.answer_value`)."""
+        from autotune.recommend.answer_value import build
+
+        return build(self)
 
     @property
     def speculative_config(self) -> dict[str, Any] | None:
@@ -367,6 +378,7 @@ class Recommendation:
     def to_json(self, shown: dict[str, Any] | None) -> dict[str, Any]:
         """What `recommend --json` prints; ``shown`` is the config printed (the DSD table's with
         ``--format dsd``)."""
+        from autotune.evidence.decide import compare
         from autotune.spec.context import split_bucket
 
         cov = self.coverage
@@ -402,12 +414,13 @@ class Recommendation:
                     "concurrency": t.concurrency,
                     "config": o.label(),
                     "speculative_config": o.speculative_config,
-                    "diff_pct": round(100.0 * (o.median_tok_s / t.best.median_tok_s - 1.0), 3),
-                    **t.best.tie_interval(o).as_json(),  # within_pct, or undecided
+                    # The one sign (autotune.evidence.decide): the answer's median over o's.
+                    **compare(t.best, o).as_json(),
                 }
                 for t in self.ties
                 for o in t.tied_with
             ],
+            "answer": self.answer.as_json(),
             "degenerate": bool(self.degenerate),
             "output_degeneracy": [
                 {
@@ -506,12 +519,20 @@ def recommend(
         except NoConfigMeetsSLO:
             if lv == concurrency:
                 raise
-    if concurrency is not None and weights is None:
-        choice = at(concurrency)
-    elif slo:
-        choice = choose_overall_slo(rows, workload, levels, slo, weights=weights)
+
+    def overall(weights: dict[int, float] | None) -> Choice | None:
+        if slo:
+            return choose_overall_slo(rows, workload, levels, slo, weights=weights)
+        return choose_overall(rows, workload, levels, weights=weights)
+
+    choice = at(concurrency) if concurrency is not None and weights is None else overall(weights)
+    if weights is None and concurrency is None:
+        default = choice
     else:
-        choice = choose_overall(rows, workload, levels, weights=weights)
+        try:
+            default = overall(None)
+        except NoConfigMeetsSLO:
+            default = None
     if choice is None:
         raise NoResultError(f"no usable measurements for {model}/{workload}")
     # The printed command is the measured one: the engine args stored with the best's trial.
@@ -537,6 +558,7 @@ def recommend(
         ),
         weights=weights,
         traffic=dict(traffic) if traffic is not None else None,
+        default=default,
     )
 
 

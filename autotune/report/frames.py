@@ -16,15 +16,15 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from autotune.evidence.decide import PRACTICAL_TIE_PCT, rank
 from autotune.evidence.objectives import measurement_goodput
 from autotune.evidence.scores import (
     DEFAULT_PRECISION_PCT,
-    DEFAULT_TIE_PCT,
     ConfigScore,
     labels_of,
     score,
 )
-from autotune.recommend.choose import choose, rank, screen
+from autotune.recommend.choose import choose, screen
 from autotune.spec.labels import PLAIN, Labels
 from autotune.spec.methods import config_id
 from autotune.spec.slo import SLO
@@ -253,7 +253,9 @@ def _records(group: pd.DataFrame, acc_cols: list[str]) -> list[MeasurementRecord
     return out
 
 
-def level_choices(df: pd.DataFrame, tie_pct: float = DEFAULT_TIE_PCT) -> dict[tuple[str, int], Any]:
+def level_choices(
+    df: pd.DataFrame, tie_pct: float = PRACTICAL_TIE_PCT
+) -> dict[tuple[str, int], Any]:
     """(workload, concurrency) -> the :class:`~autotune.recommend.choose.Choice` ``recommend``
     makes there (its tie, margin and low-confidence rule), from a measurements frame."""
     records = _records(df, acceptance_columns(df))
@@ -294,11 +296,12 @@ SUMMARY_COLUMNS = [
 def summary_frame(
     df: pd.DataFrame,
     max_spread_pct: float | None = None,
-    tie_pct: float = DEFAULT_TIE_PCT,
+    tie_pct: float = PRACTICAL_TIE_PCT,
 ) -> pd.DataFrame:
     """One row per config × (workload, prompt set, concurrency).
 
-    Median tok/s, MAD, the robust score (median − 1.4826·MAD) the recommendation ranks by,
+    Median tok/s (what the recommendation ranks by, :mod:`autotune.evidence.decide`), MAD, the
+    robust score (median − 1.4826·MAD),
     spread % over repeats, repeats, speedup (median / the baseline's median), mean acceptance
     length and pooled a_i (``acceptance_pos_i``); ``noisy`` when the spread exceeds
     ``max_spread_pct`` (default: the study's, from ``df.attrs``); ``rank`` within the cell by the
@@ -322,7 +325,7 @@ def summary_frame(
         first = cell.iloc[0]
         ranked, screened = screen(scores)
         # Screening runs (measured once, never chosen) rank after every repeated config.
-        ordered = rank(ranked, tie_pct) + sorted(screened, key=lambda s: -s.score_tok_s)
+        ordered = rank(ranked, tie_pct) + sorted(screened, key=lambda s: -s.median_tok_s)
         for position, s in enumerate(ordered, start=1):
             row: dict[str, Any] = {
                 "workload": first["workload"],

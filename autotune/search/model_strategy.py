@@ -41,9 +41,9 @@ from dataclasses import dataclass
 from autotune.cluster.jobs import Cell
 from autotune.engine._base import EngineConfig, Measurement
 from autotune.evidence.cells import latest_digest
+from autotune.evidence.decide import PRACTICAL_TIE_PCT
 from autotune.evidence.objectives import METRICS, study_slo
 from autotune.evidence.points import point
-from autotune.evidence.scores import DEFAULT_TIE_PCT
 from autotune.perf import PerfModel, Point
 from autotune.search.memo import by_identity
 from autotune.search.space import Option, SearchSpace
@@ -129,7 +129,7 @@ class ModelStrategy:
         self,
         study: ResolvedStudy,
         *,
-        margin_pct: float = DEFAULT_TIE_PCT / 2,
+        margin_pct: float = PRACTICAL_TIE_PCT / 2,
         noise_floor_pct: float = 0.25,
         prior_slack_pct: float = 15.0,
         screen_sigmas: float = 3.0,

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from autotune import api
-from autotune.evidence.scores import DEFAULT_TIE_PCT
+from autotune.evidence.decide import PRACTICAL_TIE_PCT as DEFAULT_TIE_PCT
 from autotune.store import Store
 from autotune.testing.studies import tiny_real_study, write_study
 
