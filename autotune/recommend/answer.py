@@ -347,6 +347,17 @@ class Recommendation:
             )
         return tuple(o for o in out if o.loss_pct > 0)
 
+    def judged_where(self) -> str | None:
+        """Which levels a judgement of this answer is about, when not its own concurrency:
+        an unmeasured ``concurrency`` answered from its two neighbours; None otherwise."""
+        if not (self.interpolated and self.weights is not None):
+            return None
+        lo, hi = sorted(self.weights)
+        return (
+            f"at concurrency {self.concurrency} (not measured: from its neighbours {lo} and "
+            f"{hi}, weighted {self.weights[lo]:.2f}/{self.weights[hi]:.2f})"
+        )
+
     def answered_from(self) -> str:
         """The stderr note saying which study (and which levels) answered."""
         where = ""
@@ -700,6 +711,17 @@ class StoredCheck:
     result: CheckResult
     notes: tuple[str, ...]
 
+    def to_json(self) -> dict[str, Any]:
+        """What `check --json` prints: the verdict, the notes and the one answer."""
+        return {
+            **self.result.to_json(),
+            "study": self.study.name,
+            "workload": self.recommendation.workload,
+            "concurrency": self.recommendation.concurrency,
+            "notes": list(self.notes),
+            "answer": self.recommendation.answer.as_json(),
+        }
+
     @property
     def study(self) -> StudyRecord:
         return self.recommendation.study
@@ -729,6 +751,7 @@ def check_stored(
         measured_vllm_versions=[r.vllm_version for r in rec.rows],
         installed_vllm=gate.installed_vllm_version(),
         levels=[lv.concurrency for lv in rec.per_level],
+        where=rec.judged_where(),
     )
     # a partial study, or one whose space was not exhausted (#11.2); low-confidence levels (#11.8)
     notes = (*rec.notes, *(lc.line() for lc in rec.low_confidence))

@@ -18,6 +18,7 @@ n configs) and ``nothing-compared``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -26,6 +27,7 @@ from autotune.spec.methods import config_id
 if TYPE_CHECKING:
     from autotune.recommend.answer import Coverage, Recommendation
     from autotune.recommend.choose import Choice
+    from autotune.store.records import MeasurementRecord
 
 Confidence = Literal["ok", "low", "nothing compared"]
 NOTHING_COMPARED = "nothing compared"
@@ -199,15 +201,17 @@ def level_answer(
     shared: tuple[Reason, ...] = (),
 ) -> LevelAnswer:
     """One level's answer from its choice, with the study-wide reasons ``shared``."""
-    reasons = [Reason(kind, text) for kind, text in c.reasons(max_spread_pct, precision_pct)]
+    at = f"{c.workload} at concurrency {c.concurrency}"
+    reasons = [
+        Reason(kind, f"{at}: {text}") for kind, text in c.reasons(max_spread_pct, precision_pct)
+    ]
     if c.degenerate:
         reasons.append(Reason("degenerate-outputs", f"degenerate outputs: {c.degenerate_line()}"))
     if c.comparison is None:
         reasons.append(
             Reason(
                 "nothing-compared",
-                f"nothing compared at concurrency {c.concurrency}: only "
-                f"{c.best.label()} was measured there",
+                f"{at}: nothing compared, only {c.best.label()} was measured there",
             )
         )
     all_reasons = (*shared, *reasons)
@@ -294,3 +298,42 @@ def build(rec: Recommendation) -> Answer:
         default=default_answer(rec.default, levels, per_level),
         study_reasons=shared,
     )
+
+
+def from_rows(
+    rows: Sequence[MeasurementRecord],
+    *,
+    study: str,
+    model: str,
+    status: str,
+    max_spread_pct: float,
+    precision_pct: float,
+) -> tuple[Answer, ...]:
+    """The answer of every workload in ``rows`` (one study's measurements, no SLO), for a
+    surface that holds only the rows (a report written from a measurements frame): the same
+    choices ``recommend`` makes, without the coverage a store would tell (no partial-study
+    reason)."""
+    from autotune.recommend.choose import choose, choose_overall
+    from autotune.spec.context import split_bucket
+
+    out = []
+    for workload in sorted({r.workload for r in rows}):
+        concurrencies = sorted({r.concurrency for r in rows if r.workload == workload})
+        per_level = tuple(
+            c for lv in concurrencies if (c := choose(rows, workload, lv)) is not None
+        )
+        levels = tuple(level_answer(c, max_spread_pct, precision_pct) for c in per_level)
+        overall = choose_overall(rows, workload, concurrencies)
+        out.append(
+            Answer(
+                study=study,
+                model=model,
+                workload=workload,
+                context_length=split_bucket(workload)[1],
+                status=status,
+                levels=levels,
+                default=default_answer(overall, levels, per_level),
+                study_reasons=(),
+            )
+        )
+    return tuple(out)

@@ -225,7 +225,7 @@ def frame_from_records(records: Sequence[MeasurementRecord]) -> pd.DataFrame:
     return df[[*_LEADING, *acc_cols, *_TRAILING]]
 
 
-def _records(group: pd.DataFrame, acc_cols: list[str]) -> list[MeasurementRecord]:
+def records_of(group: pd.DataFrame, acc_cols: list[str]) -> list[MeasurementRecord]:
     """Frame rows back as the store's records (what ``choose.score`` reads); the frame may have
     made a round trip through CSV, so every cell is converted from its text or NaN form."""
     out = []
@@ -258,7 +258,7 @@ def level_choices(
 ) -> dict[tuple[str, int], Any]:
     """(workload, concurrency) -> the :class:`~autotune.recommend.choose.Choice` ``recommend``
     makes there (its tie, margin and low-confidence rule), from a measurements frame."""
-    records = _records(df, acceptance_columns(df))
+    records = records_of(df, acceptance_columns(df))
     out: dict[tuple[str, int], Any] = {}
     for workload, concurrency in sorted({(r.workload, r.concurrency) for r in records}):
         choice = choose(records, workload, concurrency, tie_pct)
@@ -317,7 +317,7 @@ def summary_frame(
         # One conversion per cell (a frame's per-call cost is per column), grouped by config in
         # order of first appearance as ``cell.groupby("speculative_config", sort=False)`` would.
         by_config: dict[str, list[MeasurementRecord]] = {}
-        for key, rec in zip(cell["speculative_config"], _records(cell, acc_cols), strict=True):
+        for key, rec in zip(cell["speculative_config"], records_of(cell, acc_cols), strict=True):
             if not pd.isna(key):
                 by_config.setdefault(key, []).append(rec)
         scores: list[ConfigScore] = [score(recs, names) for recs in by_config.values()]
