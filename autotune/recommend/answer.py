@@ -758,12 +758,21 @@ def check_stored(
     return StoredCheck(rec, result, notes)
 
 
-def next_steps(record: StudyRecord) -> list[str]:
-    """The commands to run after a study run: look at the report, take the recommendation."""
+def next_steps(
+    record: StudyRecord, db: str | None = None, password_masked: bool = False
+) -> list[str]:
+    """The commands to run after a study run: look at the report, take the recommendation.
+
+    Each names the study (``--study``), so it answers from this one and not from whichever
+    study is newest, and the store (``--db db``) when one was given. ``db`` is the URL as
+    printed (its password masked); ``password_masked`` adds the line saying how to pass the
+    real one (``AUTOTUNE_DB``), since a masked URL is no URL to paste."""
     resolved = ResolvedStudy.from_json(record.resolved_json)
     alias = record.model_alias or record.model
     q = shlex.quote  # the lines are commands to paste: every user-given word quoted
-    lines = [f"next: autotune report {q(record.name)} --html {q(record.name + '.html')}"]
+    at = "autotune " if db is None else f"autotune --db {q(db)} "
+    study = f"--study {q(record.name)}"
+    lines = [f"next: {at}report {q(record.name)} --html {q(record.name + '.html')}"]
     lengths = resolved.spec.context_lengths if resolved.landscape is None else None
     from autotune.spec.context import split_bucket
 
@@ -772,13 +781,18 @@ def next_steps(record: StudyRecord) -> list[str]:
         context = length or (lengths[-1] if lengths else None)
         flag = f" --context {context}" if context else ""
         lines.append(
-            f"      autotune recommend --model {q(alias)} --workload {q(base)}{flag} --explain"
+            f"      {at}recommend --model {q(alias)} --workload {q(base)}{flag} {study} --explain"
         )
     if lengths:
         lines += [
-            f"      autotune recommend --model {q(alias)} --workload {q(w)} --format dsd"
+            f"      {at}recommend --model {q(alias)} --workload {q(w)} {study} --format dsd"
             for w in resolved.spec.workloads
         ]
+    if password_masked and db is not None:
+        lines.append(
+            "      (the store URL's password is shown as ***: set AUTOTUNE_DB to the real URL "
+            "and drop --db, e.g. export AUTOTUNE_DB='postgresql://USER:PASSWORD@HOST/DB')"
+        )
     return lines
 
 
