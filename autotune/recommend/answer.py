@@ -282,10 +282,36 @@ class Recommendation:
 
     @functools.cached_property
     def answer(self) -> Answer:
-        """The one answer every surface renders (:mod:`autotune.recommend.answer_value`)."""
-        from autotune.recommend.answer_value import build
+        """The one answer every surface renders (:mod:`autotune.recommend.answer_value`): this
+        study's and workload's, at every level and for all levels, whatever was asked."""
+        from autotune.evidence.scores import DEFAULT_PRECISION_PCT
+        from autotune.recommend.answer_value import (
+            Answer,
+            Reason,
+            default_answer,
+            level_answer,
+            partial_reason,
+        )
+        from autotune.spec.context import split_bucket
 
-        return build(self)
+        m = self.resolved.spec.measurement
+        precision = DEFAULT_PRECISION_PCT if m.precision_pct is None else m.precision_pct
+        cov = self.coverage
+        shared: tuple[Reason, ...] = ()
+        if cov is not None and not cov.exhausted:
+            shared = (partial_reason(cov.status, cov.measured, cov.planned, self.study.name),)
+        per_level = tuple(self.per_level)
+        levels = tuple(level_answer(c, m.max_spread_pct, precision, shared) for c in per_level)
+        return Answer(
+            study=self.study.name,
+            model=self.model,
+            workload=self.workload,
+            context_length=split_bucket(self.workload)[1],
+            status=self.study.status,
+            levels=levels,
+            default=default_answer(self.default, levels, per_level),
+            study_reasons=shared,
+        )
 
     @property
     def speculative_config(self) -> dict[str, Any] | None:
@@ -518,9 +544,12 @@ def recommend(
     slo = slo if slo else study_slo(resolved.spec, workload)
 
     goodput = answers_by_goodput(resolved.spec, slo)
+    from autotune.evidence.cells import Evidence
+
+    evidence = Evidence.of(rows)  # the newest prompt set's cells, once for every rule below
 
     def at(level: int) -> Any:  # the one rule confirmation judges by too (choose_level)
-        return choose_level(rows, workload, level, slo, goodput)
+        return choose_level(evidence, workload, level, slo, goodput)
 
     per_level = []
     for lv in levels:
@@ -533,8 +562,8 @@ def recommend(
 
     def overall(weights: dict[int, float] | None) -> Choice | None:
         if slo:
-            return choose_overall_slo(rows, workload, levels, slo, weights=weights)
-        return choose_overall(rows, workload, levels, weights=weights)
+            return choose_overall_slo(evidence, workload, levels, slo, weights=weights)
+        return choose_overall(evidence, workload, levels, weights=weights)
 
     choice = at(concurrency) if concurrency is not None and weights is None else overall(weights)
     if weights is None and concurrency is None:

@@ -1,8 +1,9 @@
 """The one answer of a (study, workload, context): per level and for all levels, with its
 margin, verdict and confidence; every surface renders this value and nothing else.
 
-:func:`build` turns a :class:`autotune.recommend.answer.Recommendation` (its per-level choices
-and its all-levels default) into an :class:`Answer`. ``recommend`` (text, ``--json``,
+``Recommendation.answer`` (:mod:`autotune.recommend.answer`) turns a recommendation's per-level
+choices and its all-levels default into an :class:`Answer` with :func:`level_answer` and
+:func:`default_answer`. ``recommend`` (text, ``--json``,
 ``--explain``), ``check``, ``report`` (text, JSON, HTML) and the ``next:`` hints read from it;
 ``Answer.as_json`` is the block they all carry under ``"answer"`` (the HTML as a JSON island),
 so tests/unit/test_answer_surfaces.py can check that they agree. docs/answers.md defines the
@@ -25,7 +26,6 @@ from typing import TYPE_CHECKING, Any, Literal
 from autotune.spec.methods import config_id
 
 if TYPE_CHECKING:
-    from autotune.recommend.answer import Coverage, Recommendation
     from autotune.recommend.choose import Choice
     from autotune.store.records import MeasurementRecord
 
@@ -183,14 +183,12 @@ def _confidence(verdict: str, reasons: tuple[Reason, ...]) -> Confidence:
     return "low" if reasons else "ok"
 
 
-def partial_reason(cov: Coverage | None, study: str) -> Reason | None:
+def partial_reason(status: str, measured: int, planned: int, study: str) -> Reason:
     """The partial-study reason: the study stopped before its search finished."""
-    if cov is None or cov.exhausted:
-        return None
     return Reason(
         "partial-study",
-        f"partial study: {study!r} is {cov.status}, {cov.measured} of {cov.planned} planned "
-        f"configs measured (autotune study resume {study})",
+        f"partial study: {study!r} is {status}, {measured} of {planned} planned configs "
+        f"measured (autotune study resume {study})",
     )
 
 
@@ -274,29 +272,6 @@ def default_answer(
         confidence=_confidence(verdict, tuple(reasons)),
         reasons=tuple(reasons),
         loses_at=tuple(loss for loss in losses if loss.loss_pct > 0),
-    )
-
-
-def build(rec: Recommendation) -> Answer:
-    """The answer of ``rec``'s study and workload, at every level and for all of them."""
-    from autotune.evidence.scores import DEFAULT_PRECISION_PCT
-    from autotune.spec.context import split_bucket
-
-    m = rec.resolved.spec.measurement
-    precision = DEFAULT_PRECISION_PCT if m.precision_pct is None else m.precision_pct
-    partial = partial_reason(rec.coverage, rec.study.name)
-    shared = () if partial is None else (partial,)
-    per_level = tuple(rec.per_level)
-    levels = tuple(level_answer(c, m.max_spread_pct, precision, shared) for c in per_level)
-    return Answer(
-        study=rec.study.name,
-        model=rec.model,
-        workload=rec.workload,
-        context_length=split_bucket(rec.workload)[1],
-        status=rec.study.status,
-        levels=levels,
-        default=default_answer(rec.default, levels, per_level),
-        study_reasons=shared,
     )
 
 

@@ -37,7 +37,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from autotune.evidence.cells import baseline_runs, latest_digest
+from autotune.evidence.cells import Evidence, Rows, baseline_runs
 from autotune.evidence.decide import PRACTICAL_TIE_PCT, Comparison, compare, rank
 from autotune.evidence.objectives import geometric_mean
 from autotune.evidence.scores import (
@@ -234,24 +234,22 @@ def screen(scores: Iterable[ConfigScore]) -> tuple[list[ConfigScore], list[Confi
 
 
 def choose(
-    rows: Sequence[MeasuredRow],
+    rows: Rows,
     workload: str,
     concurrency: int,
     tie_pct: float = PRACTICAL_TIE_PCT,
 ) -> Choice | None:
-    """The recommendation for one cell, or None when nothing was measured there."""
-    digest = latest_digest(rows, workload)
-    cell = [
-        r
-        for r in rows
-        if r.workload == workload and r.concurrency == concurrency and r.workload_digest == digest
-    ]
+    """The recommendation for one cell, or None when nothing was measured there. ``rows``: a
+    study's rows, or better the :class:`autotune.evidence.cells.Evidence` built from them once."""
+    evidence = Evidence.of(rows)
+    cell = evidence.cell(workload, concurrency)
+    digest = evidence.digest(workload)
     if not cell or digest is None:
         return None
     groups: dict[str, list[MeasuredRow]] = defaultdict(list)
     for r in cell:
         groups[config_id(r.speculative_config)].append(r)
-    names = labels_of(rows)
+    names = labels_of(rows.rows if isinstance(rows, Evidence) else rows)
     scores, screened = screen(score(g, names) for g in groups.values())
     ranked = rank(scores, tie_pct)
     return choice_from_ranked(
@@ -326,7 +324,7 @@ def choice_from_ranked(
 
 
 def choose_overall(
-    rows: Sequence[MeasuredRow],
+    rows: Rows,
     workload: str,
     concurrencies: Sequence[int],
     tie_pct: float = PRACTICAL_TIE_PCT,
@@ -341,7 +339,8 @@ def choose_overall(
     between two measured neighbours (:func:`neighbour_weights`)."""
     if weights is not None:
         concurrencies = [c for c in concurrencies if weights.get(c, 0.0) > 0]
-    per_level = [choose(rows, workload, c, tie_pct) for c in concurrencies]
+    evidence = Evidence.of(rows)
+    per_level = [choose(evidence, workload, c, tie_pct) for c in concurrencies]
     levels = [c for c in per_level if c is not None]
     if not levels:
         return None

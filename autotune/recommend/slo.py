@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from autotune.errors import NoResultError
-from autotune.evidence.cells import latest_digest
+from autotune.evidence.cells import Evidence, Rows
 from autotune.evidence.decide import PRACTICAL_TIE_PCT, Comparison, margin_pct, preference, rank
 from autotune.evidence.objectives import METRICS, median_goodput
 from autotune.evidence.scores import ConfigScore
@@ -34,7 +34,6 @@ from autotune.spec.slo import SLO
 
 if TYPE_CHECKING:
     from autotune.spec.study import StudySpec
-    from autotune.store.records import MeasurementRecord as MeasuredRow
 
 
 @dataclass(frozen=True)
@@ -127,14 +126,10 @@ class NoConfigMeetsSLO(NoResultError):
         )
 
 
-def _latencies(
-    rows: Sequence[MeasuredRow], workload: str, concurrency: int, digest: str
-) -> dict[str, dict[str, float | None]]:
+def _latencies(rows: Rows, workload: str, concurrency: int) -> dict[str, dict[str, float | None]]:
     """Per config (by speculative_config), the median over repeats of each p99 metric."""
     values: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
-    for r in rows:
-        if (r.workload, r.concurrency, r.workload_digest) != (workload, concurrency, digest):
-            continue
+    for r in Evidence.of(rows).cell(workload, concurrency):
         for metric in METRICS:
             v = getattr(r, metric)
             if v is not None:
@@ -146,7 +141,7 @@ def _latencies(
 
 
 def choose_slo(
-    rows: Sequence[MeasuredRow],
+    rows: Rows,
     workload: str,
     concurrency: int,
     slo: SLO,
@@ -157,12 +152,11 @@ def choose_slo(
     With an empty SLO it agrees with the plain choice. Check ``best`` (None: nothing meets the
     SLO) or call :func:`require_slo` to raise :class:`NoConfigMeetsSLO` instead.
     """
-    plain = choose(rows, workload, concurrency, tie_pct)
+    evidence = Evidence.of(rows)
+    plain = choose(evidence, workload, concurrency, tie_pct)
     if plain is None:
         return None
-    digest = latest_digest(rows, workload)
-    assert digest is not None  # choose() found rows for this workload
-    lat = _latencies(rows, workload, concurrency, digest)
+    lat = _latencies(evidence, workload, concurrency)
     empty: dict[str, float | None] = dict.fromkeys(METRICS)
     scores = tuple(
         LatencyScore(s, lat.get(config_id(s.speculative_config), empty)) for s in plain.ranked
@@ -225,7 +219,7 @@ def trade_off_rows(choice: SLOChoice, metric: str = "p99_tpot_ms") -> list[dict[
 
 
 def choose_overall_slo(
-    rows: Sequence[MeasuredRow],
+    rows: Rows,
     workload: str,
     concurrencies: Sequence[int],
     slo: SLO,
@@ -251,12 +245,12 @@ def choose_overall_slo(
         return None
     if not allowed:
         raise NoConfigMeetsSLO(hardest, workload, hardest.plain.concurrency)
-    kept = [r for r in rows if config_id(r.speculative_config) in allowed]
+    kept = [r for r in Evidence.of(rows).rows if config_id(r.speculative_config) in allowed]
     return choose_overall(kept, workload, concurrencies, tie_pct, weights)
 
 
 def choose_goodput(
-    rows: Sequence[MeasuredRow],
+    rows: Rows,
     workload: str,
     concurrency: int,
     slo: SLO,
@@ -317,7 +311,7 @@ def answers_by_goodput(spec: StudySpec, slo: SLO) -> bool:
 
 
 def choose_level(
-    rows: Sequence[MeasuredRow], workload: str, concurrency: int, slo: SLO, goodput: bool
+    rows: Rows, workload: str, concurrency: int, slo: SLO, goodput: bool
 ) -> Choice | None:
     """The answer at one level, as ``recommend`` gives it (and confirmation judges it): by
     goodput (``goodput``, :func:`answers_by_goodput`), else the best throughput among the configs
