@@ -199,6 +199,12 @@ def noisy_family_landscape(tmp_path: Path, seed: int = 0) -> Path:
         concurrency=tuple(NOISE_CV_PCT),
         noise_pct=0.0,
         repeats=10,
+        extra=(
+            "Noise per level instead (tests/unit/test_answer_surfaces.py): throughput x (1 + "
+            "N(0, CV)), CV "
+            + ", ".join(f"{cv:g}% at c={c}" for c, cv in NOISE_CV_PCT.items())
+            + f" (vllm#53436's spread); numpy default_rng seed {53436 + seed}.",
+        ),
     )
     rng = np.random.default_rng(53436 + seed)
     points = [
