@@ -136,10 +136,11 @@ def tolerance_pct(noise_pct: float, repeats: int) -> float:
     """
     from scipy.special import stdtrit
 
-    from autotune.evidence.scores import CONFIDENCE, DEFAULT_TIE_PCT
+    from autotune.evidence.decide import PRACTICAL_TIE_PCT
+    from autotune.evidence.scores import CONFIDENCE
 
     half = float(stdtrit(repeats - 1, 0.5 + CONFIDENCE / 2)) * noise_pct / math.sqrt(repeats)
-    return float(max(DEFAULT_TIE_PCT, math.ceil(math.sqrt(2) * half - 1e-9)))
+    return float(max(PRACTICAL_TIE_PCT, math.ceil(math.sqrt(2) * half - 1e-9)))
 
 
 FAMILIES = ("non-prefix", "knobs", "never-pays", "dspark-bands", "outliers")

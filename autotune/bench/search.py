@@ -218,9 +218,8 @@ def time_to_target(
 def _worst_regret(truth: Truth, rows: Sequence[Any], choose: Any) -> float:
     worst = 0.0
     for level in truth.levels:
-        # The search's quality: the best-ranked config, without the statistical tie policy
-        # (a tie answers "off" by preference, which is no measure of the search).
-        choice = choose(rows, *level, statistical=False) if rows else None
+        # The search's quality: the answer recommend gives (autotune.evidence.decide).
+        choice = choose(rows, *level) if rows else None
         config = None
         if choice is not None:
             best = choice.best

@@ -103,7 +103,13 @@ if TYPE_CHECKING:
     "percent below the study's [default and floor: the study's start-to-start noise, its "
     "baseline's drift between two engine starts].",
 )
-@click.option("--json", "as_json", is_flag=True, help="With --measure: print the result as JSON.")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print the result as JSON (the verdict and the study's answer; with --measure, the "
+    "measured comparison).",
+)
 @pass_ctx
 def check(
     ctx: Context,
@@ -122,8 +128,8 @@ def check(
 ) -> None:
     """Check that a deployed --speculative-config is as fast as the recommended one.
 
-    Exit 0 when the deployed config's measured throughput (robust score: median − 1.4826·MAD
-    over repeats) is within --tolerance of the recommended config's. Exit 1, with a one-line
+    Exit 0 when the deployed config's median throughput over repeats is within --tolerance
+    of the recommended config's (docs/answers.md: the margin every surface states). Exit 1, with a one-line
     reason, when it is not, when the deployed config was never measured, or when the study was
     measured on another vLLM version than the one installed (replayed studies excepted).
     With --measure it measures instead of trusting the store: the deployed config (and the
@@ -133,9 +139,11 @@ def check(
     when a level's speedup fell by more than the study's start-to-start noise, or when the
     stored choice check fails; another vLLM version than the study's is measured, not stale.
     Exit 2 for bad input, before any engine starts.
-    A level whose recommendation is low-confidence (the winner's margin inside the measured
-    noise, or a noisy winner or baseline) gets a "note: low confidence at concurrency C" line on
-    stderr; the exit code does not change.
+    A level whose recommendation is low-confidence (undecided against its runner-up, or a
+    noisy winner or baseline) gets a "note: low confidence at concurrency C" line on stderr;
+    the exit code does not change. --json prints the verdict with the study's answer (winner,
+    margin, verdict and confidence per level: the same block `recommend --json` and `report
+    --json` carry) whether or not --measure is given.
 
     \b
     Example:
@@ -188,9 +196,12 @@ def check(
 
     for line in verification_lines(store, checked.study, workload):  # autotune verify
         click.echo(f"note: {line}", err=True)
+    if as_json:
+        click.echo(dumps_json(checked.to_json()))
     if not checked.result.ok:
         raise CheckFailed(checked.result.reason)
-    click.echo(checked.result.reason)
+    if not as_json:
+        click.echo(checked.result.reason)
 
 
 def _check_measured(

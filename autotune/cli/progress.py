@@ -12,7 +12,10 @@ for when the strategy's plan grows or shrinks; a tuner that never calls it still
 
 from __future__ import annotations
 
+import math
+import statistics
 import sys
+from collections import defaultdict
 from typing import Any, TextIO
 
 from autotune.engine._base import EngineConfig, Measurement
@@ -40,6 +43,43 @@ class QuietReporter(SilentReporter):
     """The study's config names (autotune.spec.labels); the tuner sets them from its space."""
 
 
+class SharedLevels:
+    """Each config's measured tok/s per level in this run, so a finished config and the best so
+    far are compared on the levels both measured (a config the search measured at fewer levels
+    has a geometric mean over other levels than the best's, which compares nothing)."""
+
+    def __init__(self) -> None:
+        self.runs: dict[str, dict[tuple[str, int], list[float]]] = defaultdict(
+            lambda: defaultdict(list)
+        )
+
+    def add(self, label: str, m: Measurement) -> None:
+        self.runs[label][(m.workload, m.concurrency)].append(m.output_throughput_tok_s)
+
+    def best_text(self, label: str, best: str | None, unit: str) -> str | None:
+        """``best so far``'s text: the tuner's (``Y (1,457 tok/s)``) when both configs were
+        measured at the same levels, else both geometric means over their shared levels."""
+        if not best or unit != "tok/s":
+            return best
+        other = best.rsplit(" (", 1)[0]
+        mine, theirs = self.runs.get(label), self.runs.get(other)
+        if other == label or not mine or not theirs or set(mine) == set(theirs):
+            return best
+        shared = sorted(set(mine) & set(theirs))
+        if not shared:
+            return f"{best}, measured at none of {label}'s levels"
+
+        def geo(runs: dict[tuple[str, int], list[float]]) -> float:
+            medians = [max(statistics.median(runs[level]), 1e-9) for level in shared]
+            return math.exp(sum(map(math.log, medians)) / len(medians))
+
+        where = ", ".join(f"{w} c={c}" for w, c in shared)
+        return (
+            f"{other}: {geo(theirs):,.1f} vs {geo(mine):,.1f} tok/s on the "
+            f"{_plural(len(shared), 'level')} both measured ({where})"
+        )
+
+
 class LineReporter(QuietReporter):
     """One flushed line per finished engine config (and per failure), for logs and pipes."""
 
@@ -47,6 +87,10 @@ class LineReporter(QuietReporter):
         self.stream = stream or sys.stderr
         self.total = 0
         self.done = 0
+        self.levels = SharedLevels()
+
+    def measured(self, config: EngineConfig, m: Measurement) -> None:
+        self.levels.add(config.label(self.labels), m)
 
     def _say(self, text: str) -> None:
         print(text, file=self.stream, flush=True)
@@ -65,9 +109,11 @@ class LineReporter(QuietReporter):
         self, config: EngineConfig, value: float | None, reason: str | None, best: str | None
     ) -> None:
         self.done += 1
+        label = config.label(self.labels)
         text = f"[{self.done}/{max(self.total, self.done)}] " + _finished_text(
-            config.label(self.labels), value, reason, self.unit
+            label, value, reason, self.unit
         )
+        best = self.levels.best_text(label, best, self.unit)
         if best:
             text += f"; best so far {best}"
         self._say(text)
@@ -123,6 +169,7 @@ class RichReporter(QuietReporter):
         self.best: str | None = None
         self.current: list[str] = []
         self.measurements = 0
+        self.levels = SharedLevels()
 
     def begin(self, total_configs: int, done_configs: int) -> None:
         self.progress.start()
@@ -152,6 +199,7 @@ class RichReporter(QuietReporter):
 
     def measured(self, config: EngineConfig, m: Measurement) -> None:
         self.measurements += 1
+        self.levels.add(config.label(self.labels), m)
         self.progress.update(self.task, status=self._status())
 
     def trial_finished(
@@ -160,7 +208,7 @@ class RichReporter(QuietReporter):
         label = config.label(self.labels)
         if label in self.current:
             self.current.remove(label)
-        self.best = best
+        self.best = self.levels.best_text(label, best, self.unit)
         text = _finished_text(label, value, reason, self.unit)
         style = "red" if reason is not None else "green"
         self.progress.console.print(text, style=style, markup=False)

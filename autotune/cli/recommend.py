@@ -413,6 +413,13 @@ def _explain(rec: Any) -> None:
         f"(study {rec.study.name})"
     )
     con.print(f"recommended  {best.label()}", markup=False)
+    if (default := rec.answer.default) is not None:
+        loses = ", ".join(f"c={loss.concurrency}" for loss in default.loses_at) or "none"
+        con.print(
+            f"all levels   {default.winner}: {_margin_words(default.margin_pct, default.verdict)}"
+            f" over {default.runner_up or '-'}; confidence {default.confidence}; loses at {loses}",
+            markup=False,
+        )
     if rec.coverage is not None:
         cov = rec.coverage
         con.print(
@@ -430,13 +437,16 @@ def _explain(rec: Any) -> None:
             Column("spread %", "number"),
             Column("runner-up", "id"),
             Column("margin %", "number"),
-            Column("tie ±%", "number"),
+            Column("verdict", "id"),
             Column("drift %", "number"),
             Column("confidence", "id"),
         ]
     )
+    answer = rec.answer  # margin, verdict and confidence: the one Answer every surface renders
     for lv in rec.per_level:
         b = lv.best
+        la = answer.level(lv.concurrency)
+        assert la is not None
         table.add_row(
             str(lv.concurrency),
             b.label(prose=False),
@@ -446,11 +456,10 @@ def _explain(rec: Any) -> None:
             str(b.repeats),
             f"{b.spread_pct:.1f}",
             lv.runner_up.label(prose=False) if lv.runner_up else "-",
-            f"{lv.margin_pct:.1f}" if lv.margin_pct is not None else "-",
-            # A tie: the widest combined uncertainty the answer is tied within.
-            lv.tie_cell(),  # or "undecided" (autotune.evidence.scores.RatioInterval)
+            f"{la.margin_pct:+.1f}" if la.margin_pct is not None else "-",
+            la.verdict,
             f"{lv.drift_pct:+.1f}" if lv.drift_pct is not None else "-",
-            "low" if rec.is_low_confidence(lv.concurrency) else "ok",
+            la.confidence,
         )
     emit_table(table, stderr=True)
     from autotune.recommend.starts import starts_line
@@ -475,6 +484,10 @@ def _explain(rec: Any) -> None:
         con.print(f"engine env   {env}", markup=False)  # shell-quoted, as it would be set
     if suggestion := render.explain_suggestion(rec):  # no draft, or a poor one: train one
         click.echo(suggestion, err=True)
+
+
+def _margin_words(margin_pct: float | None, verdict: str) -> str:
+    return verdict if margin_pct is None else f"{margin_pct:+.1f}%, {verdict}"
 
 
 def _bucket_line(rec: Any) -> str:

@@ -126,6 +126,7 @@ def report(
                 "degenerate_cells": degenerate,
                 "context_buckets": [b.as_json() for b in rep.buckets],
                 "published_acceptance": published.as_json() if published else None,
+                "answers": [a.as_json() for a in rep.answers],
                 "files": [str(p) for p in written],
             }
         )
@@ -135,6 +136,13 @@ def report(
     if fmt != "tsv":
         click.echo(f"{study_name} · {df.attrs.get('model')}  ({provenance(df)})")
     emit_table(summary_table(summary), fmt)
+    if rep.answers and fmt != "tsv":
+        from autotune.report.table import answer_lines, answer_table
+
+        click.echo("")
+        emit_table(answer_table(rep.answers), fmt)
+        for line in answer_lines(rep.answers):
+            click.echo(line)
     if not rep.trade_off.empty and fmt != "tsv":
         click.echo("")
         emit_table(front_table(rep.trade_off, rep.slo_text), fmt)

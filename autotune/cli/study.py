@@ -541,11 +541,11 @@ def _run(
         same = f": {next(iter(reasons))}" if len(reasons) == 1 else " (reasons above)"
         raise AutotuneError(f"every engine config of study {name!r} failed{same}")
     if not quiet:
-        for line in api.next_steps(record):
-            # the same store as this run's, or the next command reads another one
-            # (its password masked: the user has it, the terminal's scrollback need not)
-            shown = shlex.quote(store.shown_url) if ctx.db else None
-            note(line.replace("autotune ", f"autotune --db {shown} ", 1) if shown else line)
+        # the same store as this run's, or the next command reads another one (its password
+        # masked: the user has it, the terminal's scrollback need not)
+        shown = store.shown_url if ctx.db else None
+        for line in api.next_steps(record, shown, shown is not None and shown != ctx.db):
+            note(line)
 
 
 def _dry_run(

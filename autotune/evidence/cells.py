@@ -2,7 +2,10 @@
 the baseline's runs and drift.
 
 A cell is a (workload, concurrency) with measurements; only the workload's newest prompt set
-(:func:`latest_digest`) counts there, so older prompt sets never mix with it. The baseline runs
+(:func:`latest_digest`) counts there, so older prompt sets never mix with it. :class:`Evidence`
+applies that rule once to a study's rows (the one place it is applied) and hands out cells;
+every reader of the rows (choosing, SLOs, goodput, drift, reports, observe, verify, export, the
+search) takes its rows from it. The baseline runs
 twice per level with the drift check (the first and the last engine of a study): its median in
 each run is :func:`baseline_runs`, and how far it moved between them is :class:`Drift`.
 """
@@ -11,9 +14,9 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, TypeAlias
 
 if TYPE_CHECKING:
     from autotune.store.records import MeasurementRecord as MeasuredRow
@@ -32,6 +35,53 @@ def latest_digest(rows: Iterable[MeasuredRow], workload: str) -> str | None:
         if r.workload == workload and (newest is None or r.created_at >= newest.created_at):
             newest = r
     return newest.workload_digest if newest else None
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """A study's rows of each workload's newest prompt set, built once (:meth:`of`), with its
+    cells: what every rule reads instead of the raw rows."""
+
+    rows: tuple[MeasuredRow, ...]
+    """The measurements of each workload's newest prompt set, in the given order."""
+    digests: Mapping[str, str]
+    """Workload -> its newest prompt set's digest."""
+    by_cell: Mapping[tuple[str, int], tuple[MeasuredRow, ...]] = field(repr=False)
+
+    @classmethod
+    def of(cls, rows: Iterable[MeasuredRow] | Evidence) -> Evidence:
+        """The evidence in ``rows`` (itself when already built)."""
+        if isinstance(rows, Evidence):
+            return rows
+        rows = list(rows)
+        digests = {}
+        for w in {r.workload for r in rows}:
+            d = latest_digest(rows, w)
+            if d is not None:
+                digests[w] = d
+        kept = tuple(r for r in rows if digests.get(r.workload) == r.workload_digest)
+        grouped: dict[tuple[str, int], list[MeasuredRow]] = defaultdict(list)
+        for r in kept:
+            grouped[(r.workload, r.concurrency)].append(r)
+        return cls(kept, digests, {k: tuple(v) for k, v in grouped.items()})
+
+    def digest(self, workload: str) -> str | None:
+        return self.digests.get(workload)
+
+    def workload(self, workload: str) -> list[MeasuredRow]:
+        """Every current measurement of ``workload``."""
+        return [r for r in self.rows if r.workload == workload]
+
+    def cell(self, workload: str, concurrency: int) -> tuple[MeasuredRow, ...]:
+        """The current measurements of one (workload, concurrency)."""
+        return self.by_cell.get((workload, concurrency), ())
+
+    def cells(self) -> list[tuple[str, int]]:
+        return sorted(self.by_cell)
+
+
+Rows: TypeAlias = Sequence["MeasuredRow"] | Evidence
+"""What the rules accept: a study's rows, or the :class:`Evidence` built from them once."""
 
 
 @dataclass(frozen=True)
@@ -59,20 +109,15 @@ class Drift:
 
 
 def baseline_drift(
-    rows: Sequence[MeasuredRow], value: Callable[[MeasuredRow], float | None] | None = None
+    rows: Rows, value: Callable[[MeasuredRow], float | None] | None = None
 ) -> list[Drift]:
     """Every level where the baseline ran twice (current prompt sets only), sorted; by output
     throughput, or by ``value`` per measurement (a study's objective: None leaves a measurement
     out)."""
+    evidence = Evidence.of(rows)
     out = []
-    for workload, concurrency in cells(rows):
-        digest = latest_digest(rows, workload)
-        cell = [
-            r
-            for r in rows
-            if (r.workload, r.concurrency, r.workload_digest) == (workload, concurrency, digest)
-        ]
-        runs = baseline_runs(cell, value)
+    for workload, concurrency in evidence.cells():
+        runs = baseline_runs(evidence.cell(workload, concurrency), value)
         if len(runs) > 1:
             out.append(Drift(workload, concurrency, runs))
     return out

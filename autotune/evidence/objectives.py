@@ -23,7 +23,7 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from autotune.evidence.cells import latest_digest
+from autotune.evidence.cells import Evidence, Rows
 from autotune.spec.methods import config_id
 from autotune.spec.slo import SLO
 
@@ -80,16 +80,11 @@ def measurement_goodput(m: Measurement, slo: SLO) -> float | None:
     return good_requests(m.request_latencies_ms, slo) / m.measure_s
 
 
-def median_goodput(
-    rows: Sequence[MeasuredRow], workload: str, concurrency: int, slo: SLO
-) -> dict[str, float]:
+def median_goodput(rows: Rows, workload: str, concurrency: int, slo: SLO) -> dict[str, float]:
     """Per config (by :func:`config_id`), the median goodput over its repeats at one level of
     the workload's latest prompt set; configs without per-request data are left out."""
-    digest = latest_digest(rows, workload)
     values: dict[str, list[float]] = defaultdict(list)
-    for r in rows:
-        if (r.workload, r.concurrency, r.workload_digest) != (workload, concurrency, digest):
-            continue
+    for r in Evidence.of(rows).cell(workload, concurrency):
         g = measurement_goodput(r, slo)
         if g is not None:
             values[config_id(r.speculative_config)].append(g)

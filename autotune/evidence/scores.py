@@ -7,8 +7,9 @@ share. Two configs' medians compare through the 95% confidence interval of their
 median carries a Student-t interval on log throughput (:func:`median_ci_halfwidth_pct`, the
 sequential-stopping rule's) and the ratio's interval is their combination
 (:meth:`ConfigScore.tie_interval`, stated or *undecided* past :data:`STATABLE_PCT`); the noise
-interval ``median ± 1.4826·MAD`` is the low-confidence rule's. What is chosen from these scores
-(the tie and low-confidence rules, the preference) is :mod:`autotune.recommend.choose`'s.
+interval ``median ± 1.4826·MAD`` is the search's. How two scores compare (margin, tie,
+undecided) is :mod:`autotune.evidence.decide`'s; what is chosen from them,
+:mod:`autotune.recommend.choose`'s.
 """
 
 from __future__ import annotations
@@ -28,8 +29,6 @@ if TYPE_CHECKING:
     from autotune.store.records import MeasurementRecord as MeasuredRow
 
 MAD_SCALE = 1.4826  # makes the MAD a consistent estimator of sigma under normal noise
-DEFAULT_TIE_PCT = 1.0
-"""Configs whose scores lie within this percent of the best one are tied (the 1% tie rule)."""
 DEFAULT_PRECISION_PCT = 3.0
 """The study's ``measurement.precision_pct`` when it sets none (the sequential rule's target
 and the drift limit)."""

@@ -32,12 +32,12 @@ def export_training_data(
     that train an EAGLE-3 and a DFlash draft with Speculators, and ``measure-draft.yaml`` the
     study that measures them. Every input is checked before anything is written or started.
     """
-    from autotune.evidence.cells import latest_digest
+    from autotune.evidence.cells import Evidence
 
     record = store.get_study(study)
     resolved = ResolvedStudy.from_json(record.resolved_json)
     sx.check_output(output)
-    digest = latest_digest(store.measurements(study=study, workload=workload), workload)
+    digest = Evidence.of(store.measurements(study=study, workload=workload)).digest(workload)
     prepared = sx.measured_prompts(resolved, study, workload, [digest] if digest else [])
     prompts = sx.prompt_rows(study, prepared)
     sx.check_prompt_rows(prompts, sx.PROMPTS_FILE)

@@ -69,7 +69,7 @@ def observe(
     SpecError (exit 2) for bad flags or a server that cannot be read as a speculating vLLM,
     NoResultError (exit 1) when the store never measured the pair or the config."""
     from autotune.api import recommend, select_study
-    from autotune.evidence.cells import latest_digest
+    from autotune.evidence.cells import Evidence
 
     if not duration_s > 0:
         raise SpecError("must be above 0 seconds", source="--duration")
@@ -78,8 +78,7 @@ def observe(
     if config is not None and not config:
         raise SpecError("the deployed config drafts nothing: nothing to observe", source="--config")
     sel = select_study(store, model, workload, study)
-    digest = latest_digest(sel.rows, workload)
-    rows = [r for r in sel.rows if r.workload == workload and r.workload_digest == digest]
+    rows = Evidence.of(sel.rows).workload(workload)
     notes = list(sel.notes)
     if config is None:
         rec = recommend(store, model, workload, study=sel.study.name)

@@ -3,6 +3,7 @@
 The statistics it chooses by (scores, intervals, cells, goodput) are the evidence layer's,
 :mod:`autotune.evidence`."""
 
-from autotune.recommend.choose import Choice, choose, rank, screen
+from autotune.evidence.decide import rank
+from autotune.recommend.choose import Choice, choose, screen
 
 __all__ = ["Choice", "choose", "rank", "screen"]

@@ -9,6 +9,7 @@ package never imports :mod:`autotune.search`.
 
 from __future__ import annotations
 
+import functools
 import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ from autotune.spec.loader import ResolvedStudy
 from autotune.spec.methods import config_id
 
 if TYPE_CHECKING:
+    from autotune.recommend.answer_value import Answer
     from autotune.recommend.check import CheckResult
     from autotune.recommend.choose import Choice
     from autotune.spec.context import BucketPick
@@ -275,6 +277,41 @@ class Recommendation:
     equally."""
     traffic: dict[int, float] | None = None
     """The traffic mix asked for (concurrency -> share of time), normalised."""
+    default: Choice | None = None
+    """The all-levels answer (every measured level weighted equally), whatever was asked."""
+
+    @functools.cached_property
+    def answer(self) -> Answer:
+        """The one answer every surface renders (:mod:`autotune.recommend.answer_value`): this
+        study's and workload's, at every level and for all levels, whatever was asked."""
+        from autotune.evidence.scores import DEFAULT_PRECISION_PCT
+        from autotune.recommend.answer_value import (
+            Answer,
+            Reason,
+            default_answer,
+            level_answer,
+            partial_reason,
+        )
+        from autotune.spec.context import split_bucket
+
+        m = self.resolved.spec.measurement
+        precision = DEFAULT_PRECISION_PCT if m.precision_pct is None else m.precision_pct
+        cov = self.coverage
+        shared: tuple[Reason, ...] = ()
+        if cov is not None and not cov.exhausted:
+            shared = (partial_reason(cov.status, cov.measured, cov.planned, self.study.name),)
+        per_level = tuple(self.per_level)
+        levels = tuple(level_answer(c, m.max_spread_pct, precision, shared) for c in per_level)
+        return Answer(
+            study=self.study.name,
+            model=self.model,
+            workload=self.workload,
+            context_length=split_bucket(self.workload)[1],
+            status=self.study.status,
+            levels=levels,
+            default=default_answer(self.default, levels, per_level),
+            study_reasons=shared,
+        )
 
     @property
     def speculative_config(self) -> dict[str, Any] | None:
@@ -336,6 +373,17 @@ class Recommendation:
             )
         return tuple(o for o in out if o.loss_pct > 0)
 
+    def judged_where(self) -> str | None:
+        """Which levels a judgement of this answer is about, when not its own concurrency:
+        an unmeasured ``concurrency`` answered from its two neighbours; None otherwise."""
+        if not (self.interpolated and self.weights is not None):
+            return None
+        lo, hi = sorted(self.weights)
+        return (
+            f"at concurrency {self.concurrency} (not measured: from its neighbours {lo} and "
+            f"{hi}, weighted {self.weights[lo]:.2f}/{self.weights[hi]:.2f})"
+        )
+
     def answered_from(self) -> str:
         """The stderr note saying which study (and which levels) answered."""
         where = ""
@@ -367,6 +415,7 @@ class Recommendation:
     def to_json(self, shown: dict[str, Any] | None) -> dict[str, Any]:
         """What `recommend --json` prints; ``shown`` is the config printed (the DSD table's with
         ``--format dsd``)."""
+        from autotune.evidence.decide import compare
         from autotune.spec.context import split_bucket
 
         cov = self.coverage
@@ -402,12 +451,13 @@ class Recommendation:
                     "concurrency": t.concurrency,
                     "config": o.label(),
                     "speculative_config": o.speculative_config,
-                    "diff_pct": round(100.0 * (o.median_tok_s / t.best.median_tok_s - 1.0), 3),
-                    **t.best.tie_interval(o).as_json(),  # within_pct, or undecided
+                    # The one sign (autotune.evidence.decide): the answer's median over o's.
+                    **compare(t.best, o).as_json(),
                 }
                 for t in self.ties
                 for o in t.tied_with
             ],
+            "answer": self.answer.as_json(),
             "degenerate": bool(self.degenerate),
             "output_degeneracy": [
                 {
@@ -494,9 +544,12 @@ def recommend(
     slo = slo if slo else study_slo(resolved.spec, workload)
 
     goodput = answers_by_goodput(resolved.spec, slo)
+    from autotune.evidence.cells import Evidence
+
+    evidence = Evidence.of(rows)  # the newest prompt set's cells, once for every rule below
 
     def at(level: int) -> Any:  # the one rule confirmation judges by too (choose_level)
-        return choose_level(rows, workload, level, slo, goodput)
+        return choose_level(evidence, workload, level, slo, goodput)
 
     per_level = []
     for lv in levels:
@@ -506,12 +559,20 @@ def recommend(
         except NoConfigMeetsSLO:
             if lv == concurrency:
                 raise
-    if concurrency is not None and weights is None:
-        choice = at(concurrency)
-    elif slo:
-        choice = choose_overall_slo(rows, workload, levels, slo, weights=weights)
+
+    def overall(weights: dict[int, float] | None) -> Choice | None:
+        if slo:
+            return choose_overall_slo(evidence, workload, levels, slo, weights=weights)
+        return choose_overall(evidence, workload, levels, weights=weights)
+
+    choice = at(concurrency) if concurrency is not None and weights is None else overall(weights)
+    if weights is None and concurrency is None:
+        default = choice
     else:
-        choice = choose_overall(rows, workload, levels, weights=weights)
+        try:
+            default = overall(None)
+        except NoConfigMeetsSLO:
+            default = None
     if choice is None:
         raise NoResultError(f"no usable measurements for {model}/{workload}")
     # The printed command is the measured one: the engine args stored with the best's trial.
@@ -537,6 +598,7 @@ def recommend(
         ),
         weights=weights,
         traffic=dict(traffic) if traffic is not None else None,
+        default=default,
     )
 
 
@@ -678,6 +740,17 @@ class StoredCheck:
     result: CheckResult
     notes: tuple[str, ...]
 
+    def to_json(self) -> dict[str, Any]:
+        """What `check --json` prints: the verdict, the notes and the one answer."""
+        return {
+            **self.result.to_json(),
+            "study": self.study.name,
+            "workload": self.recommendation.workload,
+            "concurrency": self.recommendation.concurrency,
+            "notes": list(self.notes),
+            "answer": self.recommendation.answer.as_json(),
+        }
+
     @property
     def study(self) -> StudyRecord:
         return self.recommendation.study
@@ -707,18 +780,28 @@ def check_stored(
         measured_vllm_versions=[r.vllm_version for r in rec.rows],
         installed_vllm=gate.installed_vllm_version(),
         levels=[lv.concurrency for lv in rec.per_level],
+        where=rec.judged_where(),
     )
     # a partial study, or one whose space was not exhausted (#11.2); low-confidence levels (#11.8)
     notes = (*rec.notes, *(lc.line() for lc in rec.low_confidence))
     return StoredCheck(rec, result, notes)
 
 
-def next_steps(record: StudyRecord) -> list[str]:
-    """The commands to run after a study run: look at the report, take the recommendation."""
+def next_steps(
+    record: StudyRecord, db: str | None = None, password_masked: bool = False
+) -> list[str]:
+    """The commands to run after a study run: look at the report, take the recommendation.
+
+    Each names the study (``--study``), so it answers from this one and not from whichever
+    study is newest, and the store (``--db db``) when one was given. ``db`` is the URL as
+    printed (its password masked); ``password_masked`` adds the line saying how to pass the
+    real one (``AUTOTUNE_DB``), since a masked URL is no URL to paste."""
     resolved = ResolvedStudy.from_json(record.resolved_json)
     alias = record.model_alias or record.model
     q = shlex.quote  # the lines are commands to paste: every user-given word quoted
-    lines = [f"next: autotune report {q(record.name)} --html {q(record.name + '.html')}"]
+    at = "autotune " if db is None else f"autotune --db {q(db)} "
+    study = f"--study {q(record.name)}"
+    lines = [f"next: {at}report {q(record.name)} --html {q(record.name + '.html')}"]
     lengths = resolved.spec.context_lengths if resolved.landscape is None else None
     from autotune.spec.context import split_bucket
 
@@ -727,13 +810,18 @@ def next_steps(record: StudyRecord) -> list[str]:
         context = length or (lengths[-1] if lengths else None)
         flag = f" --context {context}" if context else ""
         lines.append(
-            f"      autotune recommend --model {q(alias)} --workload {q(base)}{flag} --explain"
+            f"      {at}recommend --model {q(alias)} --workload {q(base)}{flag} {study} --explain"
         )
     if lengths:
         lines += [
-            f"      autotune recommend --model {q(alias)} --workload {q(w)} --format dsd"
+            f"      {at}recommend --model {q(alias)} --workload {q(w)} {study} --format dsd"
             for w in resolved.spec.workloads
         ]
+    if password_masked and db is not None:
+        lines.append(
+            "      (the store URL's password is shown as ***: set AUTOTUNE_DB to the real URL "
+            "and drop --db, e.g. export AUTOTUNE_DB='postgresql://USER:PASSWORD@HOST/DB')"
+        )
     return lines
 
 

@@ -1,8 +1,9 @@
 """The CI gate: is a deployed ``--speculative-config`` still as good as the recommendation?
 
 Pure logic over a recommendation (``autotune.api.Recommendation``): the deployed config passes
-when its measured robust score is within a tolerance of the recommended config's, in the same
-cell, and the study was measured on the vLLM version installed now.
+when its measured median is within a tolerance of the recommended config's (the margin of
+:mod:`autotune.evidence.decide`, the one every surface states), in the same cell, and the study
+was measured on the vLLM version installed now.
 """
 
 from __future__ import annotations
@@ -45,6 +46,18 @@ class CheckResult:
     @property
     def exit_code(self) -> int:
         return 0 if self.ok else 1
+
+    def to_json(self) -> dict[str, Any]:
+        """What `check --json` prints of the verdict (the answer rides beside it)."""
+        return {
+            "ok": self.ok,
+            "reason": self.reason,
+            "recommended": self.recommended.label(prose=False),
+            "recommended_speculative_config": self.recommended.speculative_config,
+            "deployed": None if self.deployed is None else self.deployed.label(prose=False),
+            "gap_pct": None if self.gap_pct is None else round(self.gap_pct, 3),
+            "stale": self.stale,
+        }
 
 
 def parse_config(text: str, source: str) -> dict[str, Any] | None:
@@ -89,9 +102,13 @@ def deploy_words(config: Mapping[str, Any] | None) -> str:
 
 
 def find(choice: Choice, config: Mapping[str, Any] | None) -> ConfigScore | None:
-    """The measured scores of ``config`` in the choice's cell (exact config match)."""
+    """The measured scores of ``config`` in the choice's cell (exact config match), a screening
+    run (measured once where others were repeated) included: it was measured there."""
     key = _key(config)
-    return next((s for s in choice.ranked if _key(s.speculative_config) == key), None)
+    return next(
+        (s for s in (*choice.ranked, *choice.screened) if _key(s.speculative_config) == key),
+        None,
+    )
 
 
 def _same_version(a: str, b: str) -> bool:
@@ -150,7 +167,9 @@ def installed_vllm_version() -> str | None:
     return None
 
 
-def _where(choice: Choice, levels: Iterable[int]) -> str:
+def _where(choice: Choice, levels: Iterable[int], where: str | None) -> str:
+    if where is not None:
+        return where
     if choice.concurrency:
         return f"at concurrency {choice.concurrency}"
     return f"over concurrency {', '.join(map(str, levels))}"
@@ -165,15 +184,17 @@ def check(
     measured_vllm_versions: Iterable[str] = (),
     installed_vllm: str | None = None,
     levels: Iterable[int] = (),
+    where: str | None = None,
 ) -> CheckResult:
     """Judge ``deployed`` against ``choice`` (one cell, or all levels: ``choose_overall``).
 
     Fails when the study is stale against ``installed_vllm``, when ``deployed`` was never
-    measured in the cell, or when its robust score (median − 1.4826·MAD; for all levels, the
-    geometric mean of score ratios) is more than ``tolerance_pct`` below the recommended one's.
+    measured in the cell, or when its median (for all levels, the geometric mean of the level
+    medians) is more than ``tolerance_pct`` below the recommended one's. ``where`` says which
+    levels were judged (default: the choice's concurrency, else ``levels``).
     """
     best = choice.best
-    where = _where(choice, levels)
+    where = _where(choice, levels, where)
     stale = stale_reason(measured_vllm_versions, installed_vllm, study)
     if stale is not None:
         return CheckResult(False, stale, best, find(choice, deployed), None, True)
@@ -182,7 +203,7 @@ def check(
         from autotune.recommend.deployed import deployed_label
         from autotune.recommend.normalize import differences
 
-        measured = [s.speculative_config for s in choice.ranked]
+        measured = [s.speculative_config for s in (*choice.ranked, *choice.screened)]
         nearest = differences(deployed, measured)
         # named apart from a measured config it would share its name with (a knob the study
         # never varied): "ngram N=3 (prompt_lookup_max=1)" vs the recommended "ngram N=3"
@@ -239,13 +260,11 @@ def check(
 
 
 def _gap_pct(deployed: ConfigScore, best: ConfigScore) -> float:
-    """Percent the deployed config is below the best, by robust score; by median when wild
-    repeats drove the best's score to zero or below (the score would mean nothing)."""
-    if best.score_tok_s > 0:
-        return 100.0 * (1.0 - deployed.score_tok_s / best.score_tok_s)
-    if best.median_tok_s > 0:
-        return 100.0 * (1.0 - deployed.median_tok_s / best.median_tok_s)
-    return 0.0
+    """Percent the deployed config's median is below the best's: minus the deployed config's
+    margin over the best (:func:`autotune.evidence.decide.margin_pct`)."""
+    from autotune.evidence.decide import margin_pct
+
+    return -margin_pct(deployed.median_tok_s, best.median_tok_s)
 
 
 def _signed(gap: float) -> str:

@@ -1,46 +1,32 @@
 """Choosing the best engine config per (workload, concurrency) from measured repeats.
 
-Rank by a robust lower estimate of throughput — median − 1.4826·MAD over repeats, so one lucky
-run never wins — and treat configs within ``tie_pct`` of the best as tied, preferring the smaller
-N, then no draft model over one. A config measured once where others were repeated (a screening
-run) is not ranked. The baseline (N = 0) competes too: when nothing beats it by more than the tie
-margin, the answer is "off".
+The comparison rule is :mod:`autotune.evidence.decide`'s (docs/answers.md): configs rank by
+their median; those within 1 % of the top median tie and the preference picks among them (off,
+then the smaller N, then no draft model); beyond 1 % the answer is the higher median, *decided*
+when the 95 % interval of the ratio of the medians excludes 1 and *undecided* when it does not.
+``Choice.comparison`` is the answer against the runner-up (its margin and verdict are the ones
+every surface prints), ``Choice.vs_baseline`` the answer against off. A config measured once
+where others were repeated (a screening run) is not ranked.
 
 A choice is *low-confidence* (``Choice.low_confidence``) when its measurements cannot back it:
 
 - the winner's repeats, or the baseline's, spread more than the study's
   ``measurement.max_spread_pct`` (``ConfigScore.noisy``, the same rule the report's "noisy" flag
   uses); a noisy baseline makes every speedup of the level unreliable;
-- the winner's margin over the runner-up, or over the baseline when the winner is a drafter, is
-  inside their noise: each config's noise interval is median ± 1.4826·MAD over its repeats (the
-  MAD term of the ranking score, so the winner's interval starts at its score), and the two
-  intervals overlap. Configs with no measured noise (MAD 0 on both sides, e.g. one repeat each)
-  are never "inside the noise": nothing says they are;
+- the answer is *undecided* against the runner-up, or (a drafter) against the baseline;
 - the baseline *drifted*: the study ran it twice (the drift check, first and last engine of the
   study) and its median at this level moved by more than the study's ``precision_pct`` between
   the two runs (``Choice.drift_pct``). Speedups use both runs pooled.
 
-A level is a *tie* (``Choice.tie``, ``Choice.tied_with``) when the top-scored config's margin over
-the runner-up, or over the baseline, is inside their combined measured uncertainty: each config's
-median carries a 95% confidence interval (Student t on log throughput, the sequential-stopping
-rule's, :func:`autotune.evidence.scores.median_ci_halfwidth_pct`) and the log ratio of the two
-medians is within ``sqrt(h1² + h2²)`` of 0, i.e. the ratio's 95% interval contains 1. Inside a tie
-the usual preference picks the answer (no speculation first, then the smaller N, then no draft
-model), so a drafter that ties with the baseline answers "off": its speedup is not established, and
-off costs nothing to deploy. A tie is not in itself low-confidence (the answer is the preferred one
-of equivalent configs); its own line says so. Configs without measured noise (a single run, or
-identical runs, on both sides) never tie. An interval wider than ±100%
-(:data:`autotune.evidence.scores.STATABLE_PCT`; two very noisy runs a side) is not printed as a
-number: the tie is stated *undecided*, with the repeats and spread that made it so
-(:class:`autotune.evidence.scores.RatioInterval`).
+A tie is not in itself low-confidence: tied configs are equivalent within 1 %, and the
+preferred one costs least to deploy.
 
 The scores, intervals, cells and the baseline's drift it chooses from are the evidence layer's
 (:mod:`autotune.evidence`); this module holds the rules that answer from them.
 
 A level is *degenerate* (``Choice.degenerate``) when most of its replies ended in a repeating
 loop (:mod:`autotune.engine.degeneracy`): drafts are accepted on loops, so its winner was decided
-on outputs that fake acceptance. The answer stands, but it carries the flag, and `recommend`
-says so on stderr and in --json.
+on outputs that fake acceptance. The answer stands, but it carries the flag.
 """
 
 from __future__ import annotations
@@ -51,13 +37,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from autotune.evidence.cells import baseline_runs, latest_digest
+from autotune.evidence.cells import Evidence, Rows, baseline_runs
+from autotune.evidence.decide import PRACTICAL_TIE_PCT, Comparison, compare, rank
 from autotune.evidence.objectives import geometric_mean
 from autotune.evidence.scores import (
     DEFAULT_PRECISION_PCT,
-    DEFAULT_TIE_PCT,
     ConfigScore,
-    RatioInterval,
     labels_of,
     score,
 )
@@ -84,8 +69,13 @@ class Choice:
     screened: tuple[ConfigScore, ...] = ()
     """Screening runs (measured once where others were repeated): never chosen here."""
     tied_with: tuple[ConfigScore, ...] = ()
-    """The configs the answer is statistically tied with (module docstring): empty when the
-    level is no tie."""
+    """The other configs within 1 % of the top median (the tie band the preference picked
+    from): empty when the level is no tie."""
+    comparison: Comparison | None = None
+    """The answer against the runner-up (:func:`autotune.evidence.decide.compare`); None when
+    nothing else was ranked at the level."""
+    vs_baseline: Comparison | None = None
+    """The answer against the baseline; None when the answer is off or off was not measured."""
     drift_pct: float | None = None
     """The baseline's drift at this level: (second run's median - first's) / first's, in
     percent; None unless the baseline ran twice (the drift check)."""
@@ -118,31 +108,32 @@ class Choice:
         return f"{line}; {self.best.label()} was chosen on them"
 
     @property
+    def verdict(self) -> str:
+        """``tie``, ``undecided`` or ``decided`` against the runner-up; ``nothing compared``
+        when nothing else was ranked at the level."""
+        return "nothing compared" if self.comparison is None else self.comparison.verdict
+
+    @property
     def tie(self) -> bool:
-        return bool(self.tied_with)
+        return self.verdict == "tie"
+
+    @property
+    def undecided(self) -> bool:
+        return self.verdict == "undecided"
 
     def tie_line(self) -> str:
         """The stderr note for a tie (after ``note: ``)."""
-        others = ", ".join(
-            f"{o.label()} (margin {_diff(self.best.median_tok_s, o.median_tok_s)}, "
-            f"{_tie_words(self.best.tie_interval(o))})"
-            for o in self.tied_with
+        assert self.comparison is not None
+        others = (
+            ", ".join(f"{o.label()} ({o.median_tok_s:,.1f} tok/s)" for o in self.tied_with)
+            or self.comparison.other.label()
         )
         return (
             f"tie at concurrency {self.concurrency}: {self.best.label()} "
-            f"({self.best.median_tok_s:,.1f} tok/s) vs {others}, 95% intervals of the median "
-            f"ratio; answering the preferred {self.best.label()}"
+            f"({self.best.median_tok_s:,.1f} tok/s) is within 1% of {others} (margin "
+            f"{self.comparison.margin_pct:+.1f}% over the runner-up); answering the preferred "
+            f"{self.best.label()}"
         )
-
-    def tie_cell(self) -> str:
-        """`--explain`'s ``tie ±%`` cell: the widest interval the answer is tied within, or
-        ``undecided`` (:class:`RatioInterval`); ``-`` when the level is no tie."""
-        widest = max(
-            (self.best.tie_interval(o) for o in self.tied_with),
-            key=lambda i: i.halfwidth_pct,
-            default=None,
-        )
-        return "-" if widest is None else widest.cell()
 
     @property
     def speedup(self) -> float | None:
@@ -152,19 +143,23 @@ class Choice:
 
     @property
     def margin_pct(self) -> float | None:
-        """How far the best's median is above the runner-up's, in percent: the one margin
-        `--explain`'s ``margin %``, the tie note and the low-confidence note all state (negative
-        when a tie answers the preferred config with the lower median)."""
-        if self.runner_up is None or self.runner_up.median_tok_s <= 0:
-            return None
-        return 100.0 * (self.best.median_tok_s / self.runner_up.median_tok_s - 1.0)
+        """The answer's median over the runner-up's, ``100·(answer/other − 1)`` (the one margin
+        every surface states; negative only inside a tie, at most 1 % below)."""
+        return None if self.comparison is None else self.comparison.margin_pct
 
     def low_confidence(
         self, max_spread_pct: float, precision_pct: float = DEFAULT_PRECISION_PCT
     ) -> tuple[str, ...]:
-        """Why the measurements cannot back this choice (empty: they can), one reason per
-        problem; see the module docstring for the rule. ``max_spread_pct`` and
-        ``precision_pct`` are the study's ``measurement.max_spread_pct`` and ``precision_pct``.
+        """Why the measurements cannot back this choice (empty: they can): the texts of
+        :meth:`reasons`."""
+        return tuple(text for _, text in self.reasons(max_spread_pct, precision_pct))
+
+    def reasons(
+        self, max_spread_pct: float, precision_pct: float = DEFAULT_PRECISION_PCT
+    ) -> tuple[tuple[str, str], ...]:
+        """(kind, text) per problem (module docstring): ``noisy-repeats``, ``noisy-baseline``,
+        ``undecided``, ``drift``. ``max_spread_pct`` and ``precision_pct`` are the study's
+        ``measurement.max_spread_pct`` and ``precision_pct``.
 
         Meant for one level's choice (``choose``); an all-levels choice (``choose_overall``)
         carries no per-level noise, so judge its levels one by one.
@@ -173,55 +168,50 @@ class Choice:
         reasons = []
         if best.noisy(max_spread_pct):
             reasons.append(
-                f"the repeats of {best.label()} spread {best.spread_pct:.1f}% "
-                f"(over the study's limit of {max_spread_pct:g}%)"
+                (
+                    "noisy-repeats",
+                    f"the repeats of {best.label()} spread {best.spread_pct:.1f}% "
+                    f"(over the study's limit of {max_spread_pct:g}%)",
+                )
             )
         if base is not None and not best.is_baseline and base.noisy(max_spread_pct):
             speedup = f"the {self.speedup:.2f}x speedup" if self.speedup else "the speedup"
             reasons.append(
-                f"the baseline's repeats spread {base.spread_pct:.1f}% (over the study's limit "
-                f"of {max_spread_pct:g}%), so {speedup} rests on a noisy baseline"
+                (
+                    "noisy-baseline",
+                    f"the baseline's repeats spread {base.spread_pct:.1f}% (over the study's limit "
+                    f"of {max_spread_pct:g}%), so {speedup} rests on a noisy baseline",
+                )
             )
-        others = [self.runner_up]
-        if not best.is_baseline and not (self.runner_up and self.runner_up.is_baseline):
-            others.append(base)
-        for other in others:
-            if other is not None and best.within_noise(other):
-                reasons.append(self._inside_noise(other))
+        compared = [self.comparison]
+        if self.vs_baseline is not None and self.vs_baseline.other is not self.runner_up:
+            compared.append(self.vs_baseline)
+        for c in compared:
+            if c is not None and c.verdict == "undecided":
+                role = "the baseline" if c.other.is_baseline else f"the runner-up {c.other.label()}"
+                reasons.append(
+                    (
+                        "undecided",
+                        f"{best.label()} vs {role}: median {best.median_tok_s:,.1f} vs "
+                        f"{c.other.median_tok_s:,.1f} tok/s ({c.margin_pct:+.1f}%), undecided (the "
+                        f"95% interval of their ratio, ±{_pct_or_unbounded(c.interval_pct)}, "
+                        "contains 1)",
+                    )
+                )
         if self.drift_pct is not None and abs(self.drift_pct) > precision_pct:
             first, last = self.baseline_runs[0], self.baseline_runs[-1]
             reasons.append(
-                f"the baseline drifted {self.drift_pct:+.1f}% during the study ({first:,.1f} "
-                f"then {last:,.1f} tok/s, over the study's precision of ±{precision_pct:g}%)"
+                (
+                    "drift",
+                    f"the baseline drifted {self.drift_pct:+.1f}% during the study ({first:,.1f} "
+                    f"then {last:,.1f} tok/s, over the study's precision of ±{precision_pct:g}%)",
+                )
             )
         return tuple(reasons)
 
-    def _inside_noise(self, other: ConfigScore) -> str:
-        best = self.best
-        role = "the baseline" if other.is_baseline else f"the runner-up {other.label()}"
-        diff = (
-            f"{100.0 * (best.median_tok_s / other.median_tok_s - 1.0):+.1f}%"
-            if other.median_tok_s > 0
-            else "-"
-        )
-        return (
-            f"{best.label()} vs {role}: median {best.median_tok_s:,.1f} vs "
-            f"{other.median_tok_s:,.1f} tok/s ({diff}), inside their noise "
-            f"(± {_pct(best.noise_tok_s, best.median_tok_s)} and "
-            f"± {_pct(other.noise_tok_s, other.median_tok_s)}, 1.4826·MAD over repeats)"
-        )
 
-
-def _tie_words(interval: RatioInterval) -> str:
-    return f"undecided: {interval.why}" if interval.undecided else interval.text()
-
-
-def _diff(value: float, reference: float) -> str:
-    return f"{100.0 * (value / reference - 1.0):+.1f}%" if reference > 0 else "-"
-
-
-def _pct(part: float, whole: float) -> str:
-    return f"{100.0 * part / whole:.1f}%" if whole > 0 else "-"
+def _pct_or_unbounded(value: float) -> str:
+    return f"{value:.1f}%" if math.isfinite(value) else "unbounded"
 
 
 def _mean_of(rows: Sequence[MeasuredRow], name: str) -> float | None:
@@ -229,37 +219,6 @@ def _mean_of(rows: Sequence[MeasuredRow], name: str) -> float | None:
     pairs = [(value, r.num_requests) for r in rows if (value := getattr(r, name, None)) is not None]
     total = sum(n for _, n in pairs)
     return sum(v * n for v, n in pairs) / total if total else None
-
-
-def _preference(s: ConfigScore) -> tuple[int, int]:
-    # Among tied configs: smaller N first (baseline N=0 first of all), then no draft model.
-    return (s.num_speculative_tokens, 0 if s.draft is None else 1)
-
-
-def rank(
-    scores: Iterable[ConfigScore], tie_pct: float = DEFAULT_TIE_PCT, statistical: bool = True
-) -> list[ConfigScore]:
-    """Best first: the tie group of the top score ordered by preference, then the rest.
-
-    The tie group holds the configs within ``tie_pct`` of the top score and, with
-    ``statistical``, the runner-up and the baseline where the top-scored config's median is
-    statistically tied with theirs (``ConfigScore.ties_with``; off for scores that are not one
-    level's repeats). Only those two: a config that is merely very noisy elsewhere in the
-    ranking does not capture the answer."""
-    by_score = sorted(scores, key=lambda s: s.score_tok_s, reverse=True)
-    if not by_score:
-        return []
-    top = by_score[0]
-    threshold = top.score_tok_s * (1.0 - tie_pct / 100.0)
-    contenders = [*by_score[1:2], *(s for s in by_score[1:] if s.is_baseline)]
-    stat = [s for s in contenders if statistical and top.ties_with(s)]
-
-    def in_group(s: ConfigScore) -> bool:
-        return s.score_tok_s >= threshold or any(s is t for t in stat)
-
-    tied = sorted((s for s in by_score if in_group(s)), key=_preference)
-    rest = [s for s in by_score if not in_group(s)]
-    return tied + rest
 
 
 def screen(scores: Iterable[ConfigScore]) -> tuple[list[ConfigScore], list[ConfigScore]]:
@@ -275,59 +234,87 @@ def screen(scores: Iterable[ConfigScore]) -> tuple[list[ConfigScore], list[Confi
 
 
 def choose(
-    rows: Sequence[MeasuredRow],
+    rows: Rows,
     workload: str,
     concurrency: int,
-    tie_pct: float = DEFAULT_TIE_PCT,
-    statistical: bool = True,
+    tie_pct: float = PRACTICAL_TIE_PCT,
 ) -> Choice | None:
-    """The recommendation for one cell, or None when nothing was measured there.
-    ``statistical=False`` ranks by the 1% tie rule alone (no statistical ties: the search
-    benchmarks judge the search, not the tie policy)."""
-    digest = latest_digest(rows, workload)
-    cell = [
-        r
-        for r in rows
-        if r.workload == workload and r.concurrency == concurrency and r.workload_digest == digest
-    ]
+    """The recommendation for one cell, or None when nothing was measured there. ``rows``: a
+    study's rows, or better the :class:`autotune.evidence.cells.Evidence` built from them once."""
+    evidence = Evidence.of(rows)
+    cell = evidence.cell(workload, concurrency)
+    digest = evidence.digest(workload)
     if not cell or digest is None:
         return None
     groups: dict[str, list[MeasuredRow]] = defaultdict(list)
     for r in cell:
         groups[config_id(r.speculative_config)].append(r)
-    names = labels_of(rows)
+    names = labels_of(rows.rows if isinstance(rows, Evidence) else rows)
     scores, screened = screen(score(g, names) for g in groups.values())
-    # A statistical tie with the top-scored config joins the 1% tie group: the preference
-    # (off, then smaller N) picks among them.
-    ranked = rank(scores, tie_pct, statistical)
+    ranked = rank(scores, tie_pct)
+    return choice_from_ranked(
+        workload,
+        digest,
+        concurrency,
+        ranked,
+        tie_pct,
+        screened=tuple(screened),
+        runs=baseline_runs(cell),
+        cell=cell,
+    )
+
+
+def choice_from_ranked(
+    workload: str,
+    digest: str,
+    concurrency: int,
+    ranked: Sequence[ConfigScore],
+    tie_pct: float = PRACTICAL_TIE_PCT,
+    *,
+    baseline: ConfigScore | None = None,
+    screened: tuple[ConfigScore, ...] = (),
+    runs: tuple[float, ...] = (),
+    cell: Sequence[MeasuredRow] = (),
+    statistical: bool = True,
+) -> Choice:
+    """A :class:`Choice` from ``ranked`` (best first, :func:`autotune.evidence.decide.rank`):
+    the answer's comparisons with the runner-up and the baseline, its tie band, the drift."""
     best = ranked[0]
-    top = max(scores, key=lambda s: s.score_tok_s)
-    threshold = top.score_tok_s * (1.0 - tie_pct / 100.0)
-    runner = sorted(scores, key=lambda s: s.score_tok_s, reverse=True)[1:2]
-    contenders = [*runner, *(s for s in scores if s.is_baseline and s is not top)]
-    group = [
-        s
-        for s in ranked
-        if s.score_tok_s >= threshold
-        or (statistical and any(s is c and top.ties_with(c) for c in contenders))
-    ]
-    # The answer's tie: the configs of its group it is statistically tied with (a config
-    # inside the 1% rule alone is no statistical tie).
-    tied_with = tuple(s for s in group if statistical and s is not best and best.ties_with(s))
-    baseline = next((s for s in scores if s.is_baseline), None)
-    runs = baseline_runs(cell)
+    runner = ranked[1] if len(ranked) > 1 else None
+    if baseline is None:
+        baseline = next((s for s in ranked if s.is_baseline), None)
+
+    def cmp(other: ConfigScore) -> Comparison:
+        c = compare(best, other, tie_pct)
+        if not statistical and c.verdict == "undecided":
+            # Pooled scores (all levels at once) have no one level's interval.
+            return Comparison(best, other, c.margin_pct, "decided")
+        return c
+
+    comparison = None if runner is None else cmp(runner)
+    vs_base = None if baseline is None or best.is_baseline else cmp(baseline)
+    top = max(s.median_tok_s for s in ranked)
+    band = (
+        tuple(
+            s for s in ranked if s is not best and 100.0 * (1.0 - s.median_tok_s / top) <= tie_pct
+        )
+        if top > 0
+        else ()
+    )
     drift = 100.0 * (runs[-1] / runs[0] - 1.0) if len(runs) > 1 and runs[0] > 0 else None
     return Choice(
         workload=workload,
         workload_digest=digest,
         concurrency=concurrency,
         best=best,
-        runner_up=ranked[1] if len(ranked) > 1 else None,
+        runner_up=runner,
         baseline=baseline,
-        tied=tuple(group),
+        tied=(best, *band),
         ranked=tuple(ranked),
-        screened=tuple(screened),
-        tied_with=tied_with,
+        screened=screened,
+        tied_with=band,
+        comparison=comparison,
+        vs_baseline=vs_base,
         drift_pct=drift,
         baseline_runs=runs,
         loop_share=_mean_of(cell, "loop_share"),
@@ -337,10 +324,10 @@ def choose(
 
 
 def choose_overall(
-    rows: Sequence[MeasuredRow],
+    rows: Rows,
     workload: str,
     concurrencies: Sequence[int],
-    tie_pct: float = DEFAULT_TIE_PCT,
+    tie_pct: float = PRACTICAL_TIE_PCT,
     weights: Mapping[int, float] | None = None,
 ) -> Choice | None:
     """One config for every concurrency level at once: the config measured at all levels (a
@@ -352,7 +339,8 @@ def choose_overall(
     between two measured neighbours (:func:`neighbour_weights`)."""
     if weights is not None:
         concurrencies = [c for c in concurrencies if weights.get(c, 0.0) > 0]
-    per_level = [choose(rows, workload, c, tie_pct) for c in concurrencies]
+    evidence = Evidence.of(rows)
+    per_level = [choose(evidence, workload, c, tie_pct) for c in concurrencies]
     levels = [c for c in per_level if c is not None]
     if not levels:
         return None
@@ -365,25 +353,18 @@ def choose_overall(
 
     common: dict[str, list[ConfigScore]] = defaultdict(list)
     for level in levels:
-        top = level.ranked[0].score_tok_s if level.ranked else 0.0
+        top = level.ranked[0].median_tok_s if level.ranked else 0.0
         # A screening run is a real measurement of a config that loses at this level: it counts
         # toward the config's standing over all levels.
         for s in (*level.ranked, *level.screened):
             common[config_id(s.speculative_config)].append(s)
         if top <= 0:
             return None
-    candidates = []
-    for group in common.values():
-        if len(group) != len(levels):
-            continue
-        ratios = [
-            max(s.score_tok_s, 1e-9) / max(level.ranked[0].score_tok_s, 1e-9)
-            for s, level in zip(group, levels, strict=True)
-        ]
-        # Carry the geomean as the score so rank() applies the tie rule to it.
-        candidates.append((group, geo(ratios)))
-    if not candidates:
+    groups = [g for g in common.values() if len(g) == len(levels)]
+    if not groups:
         return None
+    # Each proxy's median is the (weighted) geometric mean of its level medians: ranking and
+    # margin by it are ranking and margin by the geometric mean of (median / level's best).
     proxies = [
         ConfigScore(
             method=g[0].method,
@@ -394,27 +375,17 @@ def choose_overall(
             throughputs=tuple(t for s in g for t in s.throughputs),
             median_tok_s=geo([max(s.median_tok_s, 1e-9) for s in g]),
             mad_tok_s=0.0,
-            score_tok_s=g_score,
+            score_tok_s=geo([max(s.median_tok_s, 1e-9) for s in g]),
             spread_pct=max(s.spread_pct for s in g),
             mean_acceptance_length=g[0].mean_acceptance_length,
             acceptance_per_pos=g[0].acceptance_per_pos,
             labels=g[0].labels,
         )
-        for g, g_score in candidates
+        for g in groups
     ]
-    # The proxies pool every level's repeats: no statistical tie between them.
-    ranked = rank(proxies, tie_pct, statistical=False)
-    threshold = max(s.score_tok_s for s in proxies) * (1.0 - tie_pct / 100.0)
-    baseline = next((s for s in proxies if s.is_baseline), None)
-    return Choice(
-        workload=workload,
-        workload_digest=levels[0].workload_digest,
-        concurrency=0,
-        best=ranked[0],
-        runner_up=ranked[1] if len(ranked) > 1 else None,
-        baseline=baseline,
-        tied=tuple(s for s in ranked if s.score_tok_s >= threshold),
-        ranked=tuple(ranked),
+    ranked = rank(proxies, tie_pct)
+    return choice_from_ranked(
+        workload, levels[0].workload_digest, 0, ranked, tie_pct, statistical=False
     )
 
 

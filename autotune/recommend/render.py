@@ -132,13 +132,10 @@ def training_suggestion(
     the catalog has no draft for ``model`` and the study measured none that accepts at least
     ``threshold``, or the best trained draft the study measured at ``workload`` (newest prompt
     set, all levels) stays below ``threshold``. None otherwise."""
-    from autotune.evidence.cells import latest_digest
+    from autotune.evidence.cells import Evidence
 
-    digest = latest_digest(rows, workload)
     totals: dict[tuple[str, str | None, int], list[int]] = {}
-    for r in rows:
-        if r.workload != workload or r.workload_digest != digest:
-            continue
+    for r in Evidence.of(rows).workload(workload):
         if r.method not in TRAINED_DRAFT_METHODS or not r.num_drafts:
             continue
         t = totals.setdefault((r.method, r.draft, r.num_speculative_tokens), [0, 0])

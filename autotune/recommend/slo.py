@@ -24,16 +24,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from autotune.errors import NoResultError
-from autotune.evidence.cells import latest_digest
+from autotune.evidence.cells import Evidence, Rows
+from autotune.evidence.decide import PRACTICAL_TIE_PCT, Comparison, margin_pct, preference, rank
 from autotune.evidence.objectives import METRICS, median_goodput
-from autotune.evidence.scores import DEFAULT_TIE_PCT, ConfigScore
-from autotune.recommend.choose import Choice, choose, choose_overall, rank
+from autotune.evidence.scores import ConfigScore
+from autotune.recommend.choose import Choice, choice_from_ranked, choose, choose_overall
 from autotune.spec.methods import config_id
 from autotune.spec.slo import SLO
 
 if TYPE_CHECKING:
     from autotune.spec.study import StudySpec
-    from autotune.store.records import MeasurementRecord as MeasuredRow
 
 
 @dataclass(frozen=True)
@@ -100,19 +100,16 @@ class SLOChoice:
         rendering and ``check`` take it as is); raises :class:`NoConfigMeetsSLO` when none do."""
         if not self.meeting:
             raise NoConfigMeetsSLO(self, self.plain.workload, self.plain.concurrency)
-        ranked = tuple(s.config for s in self.meeting)
-        threshold = max(c.score_tok_s for c in ranked) * (1.0 - DEFAULT_TIE_PCT / 100.0)
-        return Choice(
-            workload=self.plain.workload,
-            workload_digest=self.plain.workload_digest,
-            concurrency=self.plain.concurrency,
-            best=ranked[0],
-            runner_up=ranked[1] if len(ranked) > 1 else None,
+        plain = self.plain
+        return choice_from_ranked(
+            plain.workload,
+            plain.workload_digest,
+            plain.concurrency,
+            [s.config for s in self.meeting],
             # Speedups stay relative to the baseline as measured, whether or not it meets the SLO.
-            baseline=self.plain.baseline,
-            tied=tuple(c for c in ranked if c.score_tok_s >= threshold),
-            ranked=ranked,
-            screened=self.plain.screened,
+            baseline=plain.baseline,
+            screened=plain.screened,
+            runs=plain.baseline_runs,
         )
 
 
@@ -129,14 +126,10 @@ class NoConfigMeetsSLO(NoResultError):
         )
 
 
-def _latencies(
-    rows: Sequence[MeasuredRow], workload: str, concurrency: int, digest: str
-) -> dict[str, dict[str, float | None]]:
+def _latencies(rows: Rows, workload: str, concurrency: int) -> dict[str, dict[str, float | None]]:
     """Per config (by speculative_config), the median over repeats of each p99 metric."""
     values: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
-    for r in rows:
-        if (r.workload, r.concurrency, r.workload_digest) != (workload, concurrency, digest):
-            continue
+    for r in Evidence.of(rows).cell(workload, concurrency):
         for metric in METRICS:
             v = getattr(r, metric)
             if v is not None:
@@ -148,33 +141,29 @@ def _latencies(
 
 
 def choose_slo(
-    rows: Sequence[MeasuredRow],
+    rows: Rows,
     workload: str,
     concurrency: int,
     slo: SLO,
-    tie_pct: float = DEFAULT_TIE_PCT,
-    statistical: bool = True,
+    tie_pct: float = PRACTICAL_TIE_PCT,
 ) -> SLOChoice | None:
     """The SLO-aware choice for one cell; None when nothing was measured there.
 
     With an empty SLO it agrees with the plain choice. Check ``best`` (None: nothing meets the
     SLO) or call :func:`require_slo` to raise :class:`NoConfigMeetsSLO` instead.
-    ``statistical=False``: the 1% tie rule alone, as in :func:`choose`.
     """
-    plain = choose(rows, workload, concurrency, tie_pct, statistical)
+    evidence = Evidence.of(rows)
+    plain = choose(evidence, workload, concurrency, tie_pct)
     if plain is None:
         return None
-    digest = latest_digest(rows, workload)
-    assert digest is not None  # choose() found rows for this workload
-    lat = _latencies(rows, workload, concurrency, digest)
+    lat = _latencies(evidence, workload, concurrency)
     empty: dict[str, float | None] = dict.fromkeys(METRICS)
     scores = tuple(
         LatencyScore(s, lat.get(config_id(s.speculative_config), empty)) for s in plain.ranked
     )
-    # Those that meet it, ranked exactly as choose() ranks a cell: the 1% tie rule and the
-    # statistical tie with the runner-up or the baseline, then the preference (off, smaller N).
+    # Those that meet it, ranked exactly as choose() ranks a cell (autotune.evidence.decide).
     by_config = {id(s.config): s for s in scores if s.meets(slo)}
-    ranked = rank([s.config for s in by_config.values()], tie_pct, statistical)
+    ranked = rank([s.config for s in by_config.values()], tie_pct)
     meeting = [by_config[id(c)] for c in ranked]
     return SLOChoice(slo=slo, plain=plain, meeting=tuple(meeting), scores=scores)
 
@@ -230,11 +219,11 @@ def trade_off_rows(choice: SLOChoice, metric: str = "p99_tpot_ms") -> list[dict[
 
 
 def choose_overall_slo(
-    rows: Sequence[MeasuredRow],
+    rows: Rows,
     workload: str,
     concurrencies: Sequence[int],
     slo: SLO,
-    tie_pct: float = DEFAULT_TIE_PCT,
+    tie_pct: float = PRACTICAL_TIE_PCT,
     weights: Mapping[int, float] | None = None,
 ) -> Choice | None:
     """One config for every level under the SLO: :func:`choose_overall` (with its ``weights``)
@@ -256,16 +245,16 @@ def choose_overall_slo(
         return None
     if not allowed:
         raise NoConfigMeetsSLO(hardest, workload, hardest.plain.concurrency)
-    kept = [r for r in rows if config_id(r.speculative_config) in allowed]
+    kept = [r for r in Evidence.of(rows).rows if config_id(r.speculative_config) in allowed]
     return choose_overall(kept, workload, concurrencies, tie_pct, weights)
 
 
 def choose_goodput(
-    rows: Sequence[MeasuredRow],
+    rows: Rows,
     workload: str,
     concurrency: int,
     slo: SLO,
-    tie_pct: float = DEFAULT_TIE_PCT,
+    tie_pct: float = PRACTICAL_TIE_PCT,
 ) -> Choice | None:
     """The choice at one level under ``objective: goodput``: configs ranked by median goodput
     (requests/s meeting ``slo``) instead of throughput; ties (within ``tie_pct`` of the best
@@ -284,24 +273,32 @@ def choose_goodput(
     top = max((g for g, _ in scored), default=0.0)
     if top <= 0:
         raise NoConfigMeetsSLO(under, workload, concurrency)
-    threshold = top * (1.0 - tie_pct / 100.0)
-    tied = sorted(
-        (s.config for g, s in scored if g >= threshold),
-        key=lambda c: (c.num_speculative_tokens, 0 if c.draft is None else 1),
-    )
-    rest = [s.config for g, s in sorted(scored, key=lambda x: -x[0]) if g < threshold]
-    ranked = tuple(tied + rest)
+    value = {id(s.config): g for g, s in scored}
+    by_goodput = sorted((s.config for _, s in scored), key=lambda c: -value[id(c)])
+    band = [c for c in by_goodput if margin_pct(value[id(c)], top) >= -tie_pct]
+    tied = sorted(band, key=preference)
+    ranked = (*tied, *(c for c in by_goodput if not any(c is t for t in band)))
     plain = under.plain
+    best, runner = ranked[0], (ranked[1] if len(ranked) > 1 else None)
+    comparison = None
+    if runner is not None:
+        # Goodput's margin: no per-level interval of a goodput ratio, so tie or decided.
+        m = margin_pct(value[id(best)], value[id(runner)])
+        comparison = Comparison(best, runner, m, "tie" if abs(m) <= tie_pct else "decided")
     return Choice(
         workload=plain.workload,
         workload_digest=plain.workload_digest,
         concurrency=plain.concurrency,
-        best=ranked[0],
-        runner_up=ranked[1] if len(ranked) > 1 else None,
+        best=best,
+        runner_up=runner,
         baseline=plain.baseline,
         tied=tuple(tied),
         ranked=ranked,
         screened=plain.screened,
+        tied_with=tuple(tied[1:]) if best is tied[0] else (),
+        comparison=comparison,
+        baseline_runs=plain.baseline_runs,
+        drift_pct=plain.drift_pct,
     )
 
 
@@ -314,7 +311,7 @@ def answers_by_goodput(spec: StudySpec, slo: SLO) -> bool:
 
 
 def choose_level(
-    rows: Sequence[MeasuredRow], workload: str, concurrency: int, slo: SLO, goodput: bool
+    rows: Rows, workload: str, concurrency: int, slo: SLO, goodput: bool
 ) -> Choice | None:
     """The answer at one level, as ``recommend`` gives it (and confirmation judges it): by
     goodput (``goodput``, :func:`answers_by_goodput`), else the best throughput among the configs

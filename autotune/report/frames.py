@@ -16,15 +16,15 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from autotune.evidence.decide import PRACTICAL_TIE_PCT, rank
 from autotune.evidence.objectives import measurement_goodput
 from autotune.evidence.scores import (
     DEFAULT_PRECISION_PCT,
-    DEFAULT_TIE_PCT,
     ConfigScore,
     labels_of,
     score,
 )
-from autotune.recommend.choose import choose, rank, screen
+from autotune.recommend.choose import choose, screen
 from autotune.spec.labels import PLAIN, Labels
 from autotune.spec.methods import config_id
 from autotune.spec.slo import SLO
@@ -225,7 +225,7 @@ def frame_from_records(records: Sequence[MeasurementRecord]) -> pd.DataFrame:
     return df[[*_LEADING, *acc_cols, *_TRAILING]]
 
 
-def _records(group: pd.DataFrame, acc_cols: list[str]) -> list[MeasurementRecord]:
+def records_of(group: pd.DataFrame, acc_cols: list[str]) -> list[MeasurementRecord]:
     """Frame rows back as the store's records (what ``choose.score`` reads); the frame may have
     made a round trip through CSV, so every cell is converted from its text or NaN form."""
     out = []
@@ -253,10 +253,12 @@ def _records(group: pd.DataFrame, acc_cols: list[str]) -> list[MeasurementRecord
     return out
 
 
-def level_choices(df: pd.DataFrame, tie_pct: float = DEFAULT_TIE_PCT) -> dict[tuple[str, int], Any]:
+def level_choices(
+    df: pd.DataFrame, tie_pct: float = PRACTICAL_TIE_PCT
+) -> dict[tuple[str, int], Any]:
     """(workload, concurrency) -> the :class:`~autotune.recommend.choose.Choice` ``recommend``
     makes there (its tie, margin and low-confidence rule), from a measurements frame."""
-    records = _records(df, acceptance_columns(df))
+    records = records_of(df, acceptance_columns(df))
     out: dict[tuple[str, int], Any] = {}
     for workload, concurrency in sorted({(r.workload, r.concurrency) for r in records}):
         choice = choose(records, workload, concurrency, tie_pct)
@@ -294,11 +296,12 @@ SUMMARY_COLUMNS = [
 def summary_frame(
     df: pd.DataFrame,
     max_spread_pct: float | None = None,
-    tie_pct: float = DEFAULT_TIE_PCT,
+    tie_pct: float = PRACTICAL_TIE_PCT,
 ) -> pd.DataFrame:
     """One row per config × (workload, prompt set, concurrency).
 
-    Median tok/s, MAD, the robust score (median − 1.4826·MAD) the recommendation ranks by,
+    Median tok/s (what the recommendation ranks by, :mod:`autotune.evidence.decide`), MAD, the
+    robust score (median − 1.4826·MAD),
     spread % over repeats, repeats, speedup (median / the baseline's median), mean acceptance
     length and pooled a_i (``acceptance_pos_i``); ``noisy`` when the spread exceeds
     ``max_spread_pct`` (default: the study's, from ``df.attrs``); ``rank`` within the cell by the
@@ -314,7 +317,7 @@ def summary_frame(
         # One conversion per cell (a frame's per-call cost is per column), grouped by config in
         # order of first appearance as ``cell.groupby("speculative_config", sort=False)`` would.
         by_config: dict[str, list[MeasurementRecord]] = {}
-        for key, rec in zip(cell["speculative_config"], _records(cell, acc_cols), strict=True):
+        for key, rec in zip(cell["speculative_config"], records_of(cell, acc_cols), strict=True):
             if not pd.isna(key):
                 by_config.setdefault(key, []).append(rec)
         scores: list[ConfigScore] = [score(recs, names) for recs in by_config.values()]
@@ -322,7 +325,7 @@ def summary_frame(
         first = cell.iloc[0]
         ranked, screened = screen(scores)
         # Screening runs (measured once, never chosen) rank after every repeated config.
-        ordered = rank(ranked, tie_pct) + sorted(screened, key=lambda s: -s.score_tok_s)
+        ordered = rank(ranked, tie_pct) + sorted(screened, key=lambda s: -s.median_tok_s)
         for position, s in enumerate(ordered, start=1):
             row: dict[str, Any] = {
                 "workload": first["workload"],

@@ -14,8 +14,9 @@ import base64
 import html
 import io
 import json
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import pandas as pd
 
@@ -33,7 +34,13 @@ from autotune.report.published import acceptance_comparison
 from autotune.report.table import provenance
 from autotune.spec.labels import OFF, OFF_PROSE
 
+if TYPE_CHECKING:
+    from autotune.recommend.answer_value import Answer
+
 Renderer = Literal["auto", "svg", "plotly", "matplotlib"]
+
+ANSWERS_ID = "autotune-answers"
+"""The id of the JSON island that carries every ``Answer.as_json`` of the page."""
 
 _STYLE = """
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 1.2em 2em;
@@ -88,16 +95,25 @@ if (table) {
 """
 
 
-def write_html(df: pd.DataFrame, path: Path | str, renderer: Renderer = "auto") -> Path:
+def write_html(
+    df: pd.DataFrame,
+    path: Path | str,
+    renderer: Renderer = "auto",
+    answers: Sequence[Answer] | None = None,
+) -> Path:
     """Write the report of a measurements frame as one HTML file; returns its path.
 
     ``auto`` and ``svg`` embed the matplotlib figures as scalable SVG; ``plotly`` embeds
-    interactive figures; ``matplotlib`` embeds PNG images.
+    interactive figures; ``matplotlib`` embeds PNG images. ``answers`` are the study's
+    (:mod:`autotune.recommend.answer_value`, what `recommend` answers); without them they are
+    built from the frame's rows.
     """
     if df.empty:
         raise NoResultError("nothing measured in this study yet: nothing to report")
     figs = build(df)
     summary = summary_frame(df)
+    if answers is None:
+        answers = _frame_answers(df, summary)
     if renderer == "plotly":
         sections = _plotly_sections(figs)
     else:
@@ -112,7 +128,9 @@ def write_html(df: pd.DataFrame, path: Path | str, renderer: Renderer = "auto") 
         f'<p class="note">{html.escape(provenance(df))}</p>',
         '<h2 id="answer">What to deploy</h2>',
         # the model as vLLM takes it (the HF id), not the catalog alias the title uses
-        _answer_html(summary, str(df["model"].iloc[0] if "model" in df else figs.title), df),
+        _answer_html(
+            summary, str(df["model"].iloc[0] if "model" in df else figs.title), df, answers
+        ),
         _slo_answer_html(df),
         *sections,
         '<h2 id="all">Every config at every level</h2>',
@@ -132,19 +150,37 @@ def write_html(df: pd.DataFrame, path: Path | str, renderer: Renderer = "auto") 
     return out
 
 
-def _answer_html(summary: pd.DataFrame, model: str, df: pd.DataFrame) -> str:
-    """Per workload × concurrency: the recommended config and why, with the line to copy.
-
-    The answer, its margin, its tie and its low confidence are ``recommend``'s own
-    (``autotune.recommend.choose``: the same ``Choice`` per level), and the serve line is
-    ``recommend --format args``: the measured engine args and tensor-parallel size included."""
+def _frame_answers(df: pd.DataFrame, summary: pd.DataFrame) -> tuple[Answer, ...]:
     from autotune.evidence.scores import DEFAULT_PRECISION_PCT
-    from autotune.recommend.render import serve_args
-    from autotune.report.frames import level_choices
+    from autotune.recommend.answer_value import from_rows
+    from autotune.report.frames import acceptance_columns, records_of
 
-    max_spread = float(summary.attrs.get("max_spread_pct", 10.0))
-    precision = float(df.attrs.get("precision_pct", DEFAULT_PRECISION_PCT))
-    choices = level_choices(df)
+    return from_rows(
+        records_of(df, acceptance_columns(df)),
+        study=str(df.attrs.get("study", "")),
+        model=str(df["model"].iloc[0]) if "model" in df else "",
+        status=str(df.attrs.get("status", "")),
+        max_spread_pct=float(summary.attrs.get("max_spread_pct", 10.0)),
+        precision_pct=float(df.attrs.get("precision_pct", DEFAULT_PRECISION_PCT)),
+    )
+
+
+def _data(**attrs: Any) -> str:
+    return " ".join(
+        f'data-{k.replace("_", "-")}="{html.escape("" if v is None else str(v), quote=True)}"'
+        for k, v in attrs.items()
+    )
+
+
+def _answer_html(
+    summary: pd.DataFrame, model: str, df: pd.DataFrame, answers: Sequence[Answer]
+) -> str:
+    """Per workload × concurrency the answer (:class:`autotune.recommend.answer_value.Answer`,
+    the value `recommend` renders): the winner, its margin and verdict, its confidence with
+    the reasons, the line to copy; then each workload's one config for all levels beside it,
+    every caveat the CLI prints, and the answers as a JSON island (``#autotune-answers``)."""
+    from autotune.recommend.render import serve_args
+
     head = [
         ("workload", "t"),
         ("concurrency", ""),
@@ -152,67 +188,106 @@ def _answer_html(summary: pd.DataFrame, model: str, df: pd.DataFrame) -> str:
         ("speedup", ""),
         ("AL", ""),
         ("margin over runner-up", "t"),
-        ("noise", "t"),
+        ("confidence", "t"),
         ("vllm serve", "t"),
     ]
     rows = []
-    for (workload, concurrency), cell in summary.groupby(["workload", "concurrency"], sort=True):
-        ranked = cell.sort_values("rank")
-        best = ranked.iloc[0]
-        choice = choices.get((str(workload), int(concurrency)))
-        margin = "-"
-        if choice is not None and choice.margin_pct is not None:
-            # The one margin (autotune.recommend.choose.Choice.margin_pct): medians.
-            margin = f"{choice.margin_pct:+.1f}% over {choice.runner_up.label(prose=False)}"
-        marks = []
-        if choice is not None and choice.tie:
-            tied = ", ".join(o.label(prose=False) for o in choice.tied_with)
-            marks.append(
-                f'<span class="tie" title="95% interval of the median ratio contains 1">'
-                f"tie with {html.escape(tied)}</span>"
+    defaults = []
+    for answer in answers:
+        cells_of = summary[summary["workload"] == answer.workload]
+        for la in answer.levels:
+            cell = cells_of[cells_of["concurrency"] == la.concurrency]
+            key = json.dumps(la.speculative_config, sort_keys=True)
+            picked = cell[cell["speculative_config"] == key]
+            best = (picked if not picked.empty else cell.sort_values("rank")).iloc[0]
+            margin = la.margin_text()
+            if la.runner_up is not None:
+                margin += f" over {la.runner_up}"
+            why = "; ".join(r.text for r in la.reasons)
+            cls = "noisy" if la.confidence != "ok" else "tie" if la.verdict == "tie" else ""
+            confidence = (
+                f'<span class="{cls}" title="{html.escape(why, quote=True)}">'
+                f"{html.escape(la.confidence)}</span>"
             )
-        why = choice.low_confidence(max_spread, precision) if choice is not None else ()
-        if why:
-            marks.append(
-                f'<span class="noisy" title="{html.escape("; ".join(why), quote=True)}">'
-                "low confidence</span>"
+            line = _serve_line(df, best, model, la.speculative_config, serve_args)
+            speedup = "-" if la.speedup_vs_off is None else f"{la.speedup_vs_off:.2f}x"
+            al = best["mean_acceptance_length"]
+            cells = [
+                f'<td class="t w">{html.escape(answer.workload)}</td>',
+                f'<td class="w">{la.concurrency}</td>',
+                f'<td class="t w"><b>{html.escape(la.winner)}</b></td>',
+                f'<td class="w">{speedup}</td>',
+                f'<td class="w">{"-" if pd.isna(al) else f"{al:.2f}"}</td>',
+                f'<td class="t">{html.escape(margin)}</td>',
+                f'<td class="t">{confidence}</td>',
+                f'<td class="t"><code>{html.escape(line)}</code><button class="copy" '
+                f'data-text="{html.escape(line, quote=True)}">copy</button></td>',
+            ]
+            attrs = _data(
+                workload=answer.workload,
+                concurrency=la.concurrency,
+                winner=la.winner,
+                margin_pct=None if la.margin_pct is None else round(la.margin_pct, 3),
+                verdict=la.verdict,
+                confidence=la.confidence,
             )
-        config = json.loads(best["speculative_config"])
-        line = _serve_line(df, best, model, config, serve_args)
-        speedup = "-" if pd.isna(best["speedup"]) else f"{best['speedup']:.2f}x"
-        al = best["mean_acceptance_length"]
-        noise = (
-            f'<span class="noisy">noisy: spread {best["spread_pct"]:.1f}%</span>'
-            if best["noisy"]
-            else f"spread {best['spread_pct']:.1f}% over {best['repeats']}"
-        )
-        flags = "".join(f"<br>{m}" for m in marks)
-        cells = [
-            f'<td class="t w">{html.escape(str(workload))}</td>',
-            f'<td class="w">{concurrency}</td>',
-            f'<td class="t w"><b>{html.escape(str(best["config"]))}</b></td>',
-            f'<td class="w">{speedup}</td>',
-            f'<td class="w">{"-" if pd.isna(al) else f"{al:.2f}"}</td>',
-            f'<td class="t">{html.escape(margin)}{flags}</td>',
-            f'<td class="t">{noise}</td>',
-            f'<td class="t"><code>{html.escape(line)}</code><button class="copy" '
-            f'data-text="{html.escape(line, quote=True)}">copy</button></td>',
-        ]
-        rows.append("<tr>" + "".join(cells) + "</tr>")
+            rows.append(f'<tr class="level" {attrs}>' + "".join(cells) + "</tr>")
+        d = answer.default
+        if d is not None:
+            loses = "; ".join(
+                f"at c={loss.concurrency} it loses to {loss.winner} by {loss.loss_pct:.1f}%"
+                for loss in d.loses_at
+            )
+            words = (
+                "nothing compared"
+                if d.margin_pct is None
+                else (f"{d.margin_pct:+.1f}% over {d.runner_up}, {d.verdict}")
+            )
+            attrs = _data(
+                workload=answer.workload,
+                winner=d.winner,
+                margin_pct=None if d.margin_pct is None else round(d.margin_pct, 3),
+                verdict=d.verdict,
+                confidence=d.confidence,
+            )
+            defaults.append(
+                f'<li class="default" {attrs}><b>{html.escape(answer.workload)}</b>: '
+                f"<b>{html.escape(d.winner)}</b> ({html.escape(words)}; confidence "
+                f"{html.escape(d.confidence)})"
+                + (f"; {html.escape(loses)}" if loses else "; best at every level")
+                + "</li>"
+            )
     ths = "".join(f'<th class="{c}">{html.escape(h)}</th>' for h, c in head)
+    caveats = [c for a in answers for c in a.caveats]
+    caveats = list(dict.fromkeys(caveats))
     note = (
-        "recommended: highest robust score (median − 1.4826·MAD over repeats); configs within "
-        "1% of it, or whose medians tie (the 95% interval of the median ratio contains 1), are "
-        "tied and the preferred answers (off, then the smaller N); speedup against running "
-        "without speculation in the same cell; AL: mean acceptance length; margin: the "
-        "answer's median over the runner-up's, as `recommend --explain` prints it; tie and "
-        "low confidence: the marks `recommend` prints as notes (hover for the reasons); the "
-        "vllm serve line is `recommend --format args` (the measured engine args)."
+        "recommended: the highest median over repeats; configs within 1% of it tie and the "
+        "preferred answers (off, then the smaller N). margin: the answer's median over the "
+        "runner-up's; verdict: tie (within 1%), undecided (beyond 1% while the 95% interval "
+        "of the ratio of the medians contains 1) or decided (docs/answers.md); confidence: ok, "
+        "low (hover for the reasons, listed below) or nothing compared (one config measured); "
+        "speedup against running without speculation in the same cell; AL: mean acceptance "
+        "length; the vllm serve line is `recommend --format args` (the measured engine args)."
     )
+    island = json.dumps([a.as_json() for a in answers], sort_keys=True).replace("</", "<\\/")
     return (
         f'<div class="scroll"><table class="answer"><thead><tr>{ths}</tr></thead><tbody>'
         + "".join(rows)
         + f'</tbody></table></div><p class="note">{html.escape(note)}</p>'
+        + (
+            '<h3 id="default">One config for every level (recommend without --concurrency)</h3>'
+            f'<ul class="defaults">{"".join(defaults)}</ul>'
+            if defaults
+            else ""
+        )
+        + (
+            '<h3 id="caveats">Caveats</h3><ul class="caveats">'
+            + "".join(f"<li>{html.escape(c)}</li>" for c in caveats)
+            + "</ul>"
+            if caveats
+            else ""
+        )
+        + f'<script type="application/json" id="{ANSWERS_ID}">{island}</script>'
     )
 
 
@@ -277,9 +352,9 @@ def _summary_html(summary: pd.DataFrame) -> str:
         for i, h in enumerate(head)
     )
     note = (
-        "★ recommended: highest robust score (median − 1.4826·MAD over repeats); configs within "
-        "1% of it, or whose medians tie (95% interval of the ratio), tied and the preferred "
-        "answers (off, then the smaller N). noisy: spread over repeats above "
+        "★ recommended: the highest median over repeats; configs within 1% of it tie and the "
+        "preferred answers (off, then the smaller N; docs/answers.md). noisy: spread over "
+        "repeats above "
         f"{summary.attrs.get('max_spread_pct', 10.0):g}%. AL: mean acceptance length."
     )
     return (

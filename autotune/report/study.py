@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from autotune.evidence.cells import Drift
+    from autotune.recommend.answer_value import Answer
     from autotune.report.context import BucketSection
     from autotune.store import Store
 
@@ -43,6 +44,9 @@ class StudyReport:
     """The study's ``measurement.precision_pct`` (the drift limit)."""
     buckets: tuple[BucketSection, ...]
     """One ``autotune.report.context.BucketSection`` per context-length bucket measured."""
+    answers: tuple[Answer, ...] = ()
+    """The study's answer per workload (:mod:`autotune.recommend.answer_value`): what
+    `recommend --study` answers, rendered by the text, JSON and HTML report alike."""
 
 
 def report_study(
@@ -75,6 +79,10 @@ def report_study(
         raise NoResultError(
             f"study {name!r} in {store.shown_url} has no measurements yet (autotune study run {name})"
         )
+    record = store.get_study(name)
+    answers = study_answers(
+        store, record.name, record.model, sorted(df["workload"].unique()), planned
+    )
     written: list[Path] = []
     if csv is not None:
         written.append(write_csv(df, csv))
@@ -83,10 +91,9 @@ def report_study(
     if png_dir is not None:
         written.extend(plot_png(df, png_dir))
     if html is not None:
-        written.append(write_html(df, html))
+        written.append(write_html(df, html, answers=answers))
     from autotune.recommend.answer import FINISHED, coverage
 
-    record = store.get_study(name)
     cov = coverage(store, record, planned) if record.status != FINISHED else None
     notes = () if cov is None or cov.exhausted else (cov.line(name),)
     from autotune.evidence.cells import baseline_drift
@@ -111,7 +118,28 @@ def report_study(
         drift,
         DEFAULT_PRECISION_PCT if precision is None else precision,
         tuple(bucket_sections(df, summary, built)),
+        answers,
     )
+
+
+def study_answers(
+    store: Store,
+    study: str,
+    model: str,
+    workloads: list[str],
+    planned: Callable[[ResolvedStudy], int],
+) -> tuple[Answer, ...]:
+    """The answer `recommend --study STUDY --workload W` gives, for every workload measured."""
+    from autotune.recommend.answer import recommend
+
+    out = []
+    for workload in workloads:
+        try:
+            rec = recommend(store, model, str(workload), None, study, None, None, planned)
+        except NoResultError:  # no config meets the study's SLO at every level, say
+            continue
+        out.append(rec.answer)
+    return tuple(out)
 
 
 def degenerate_lines(store: Store, study: str) -> list[str]:

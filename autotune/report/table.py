@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
 from autotune.tables import Column, TextTable
+
+if TYPE_CHECKING:
+    from autotune.recommend.answer_value import Answer
 
 
 def _num(value: Any, fmt: str) -> str:
@@ -34,8 +38,8 @@ def summary_table(summary: pd.DataFrame) -> TextTable:
         ],
         caption=(
             "tok/s: median over repeats; MAD: median absolute deviation; spread: (max − min) / "
-            "median; AL: mean acceptance length; ★ recommended (median − 1.4826·MAD, ties → "
-            f"smaller N); noisy: spread > {spread:g}%"
+            "median; AL: mean acceptance length; ★ recommended (highest median; within 1% a "
+            f"tie, the smaller N: docs/answers.md); noisy: spread > {spread:g}%"
             if spread is not None
             else None
         ),
@@ -121,3 +125,58 @@ def front_table(trade_off: pd.DataFrame, slo_text: dict[str, str] | None = None)
         cells.append(("meets" if r["meets_slo"] else "misses") if judged else "-")
         table.add_row(*cells, style="bold" if r["recommended"] else None)
     return table
+
+
+def answer_table(answers: Sequence[Answer]) -> TextTable:
+    """The study's answer (:mod:`autotune.recommend.answer_value`) per workload and level, and
+    for all levels (``all``): winner, margin over the runner-up, verdict, confidence."""
+    table = TextTable(
+        [
+            Column("workload", "id"),
+            Column("conc", "id"),
+            Column("answer", "id"),
+            Column("runner-up", "id"),
+            Column("margin %", "number"),
+            Column("verdict", "id"),
+            Column("confidence", "id"),
+        ],
+        caption="margin: the answer's median over the runner-up's; verdict and confidence: "
+        "docs/answers.md; all: one config for every level (recommend without --concurrency)",
+    )
+    for a in answers:
+        for la in a.levels:
+            table.add_row(
+                a.workload,
+                str(la.concurrency),
+                la.winner,
+                la.runner_up or "-",
+                "-" if la.margin_pct is None else f"{la.margin_pct:+.1f}",
+                la.verdict,
+                la.confidence,
+            )
+        if (d := a.default) is not None and len(a.levels) > 1:
+            table.add_row(
+                a.workload,
+                "all",
+                d.winner,
+                d.runner_up or "-",
+                "-" if d.margin_pct is None else f"{d.margin_pct:+.1f}",
+                d.verdict,
+                d.confidence,
+            )
+    return table
+
+
+def answer_lines(answers: Sequence[Answer]) -> list[str]:
+    """Where each all-levels answer loses, then every caveat (the reasons behind ``low``)."""
+    lines = []
+    for a in answers:
+        if a.default is not None:
+            for loss in a.default.loses_at:
+                lines.append(
+                    f"{a.workload}: at c={loss.concurrency} the all-levels answer "
+                    f"{a.default.winner} loses to {loss.winner} by {loss.loss_pct:.1f}%"
+                )
+    for a in answers:
+        lines += [f"caveat: {c}" for c in a.caveats]
+    return list(dict.fromkeys(lines))

@@ -49,7 +49,7 @@ def slo_of(df: pd.DataFrame, workload: str) -> SLO:
 def trade_off_frame(df: pd.DataFrame) -> pd.DataFrame:
     """One row per rankable config per level (newest prompt sets only): see the module
     docstring. Empty when no measurement recorded p99 TPOT (a replayed landscape)."""
-    from autotune.report.frames import _records, acceptance_columns, latest_prompt_sets
+    from autotune.report.frames import acceptance_columns, latest_prompt_sets, records_of
 
     empty = pd.DataFrame(columns=TRADE_OFF_COLUMNS)
     if df.empty or "p99_tpot_ms" not in df or df["p99_tpot_ms"].isna().all():
@@ -59,7 +59,7 @@ def trade_off_frame(df: pd.DataFrame) -> pd.DataFrame:
     goodput = GOODPUT in data and data[GOODPUT].notna().any()
     rows: list[dict[str, Any]] = []
     for (workload, concurrency), cell in data.groupby(["workload", "concurrency"], sort=True):
-        records = _records(cell, acc_cols)
+        records = records_of(cell, acc_cols)
         slo = slo_of(df, str(workload))
         choice = choose_slo(records, str(workload), int(concurrency), slo)
         if choice is None:

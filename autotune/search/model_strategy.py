@@ -40,12 +40,11 @@ from dataclasses import dataclass
 
 from autotune.cluster.jobs import Cell
 from autotune.engine._base import EngineConfig, Measurement
-from autotune.evidence.cells import latest_digest
+from autotune.evidence.cells import Evidence
+from autotune.evidence.decide import PRACTICAL_TIE_PCT
 from autotune.evidence.objectives import METRICS, study_slo
 from autotune.evidence.points import point
-from autotune.evidence.scores import DEFAULT_TIE_PCT
 from autotune.perf import PerfModel, Point
-from autotune.search.memo import by_identity
 from autotune.search.space import Option, SearchSpace
 from autotune.search.strategy import SearchState, noisy_cell, plan_cells
 from autotune.spec.catalog import AcceptanceCurve, acceptance_curves
@@ -129,7 +128,7 @@ class ModelStrategy:
         self,
         study: ResolvedStudy,
         *,
-        margin_pct: float = DEFAULT_TIE_PCT / 2,
+        margin_pct: float = PRACTICAL_TIE_PCT / 2,
         noise_floor_pct: float = 0.25,
         prior_slack_pct: float = 15.0,
         screen_sigmas: float = 3.0,
@@ -937,15 +936,9 @@ def _speculative(space: SearchSpace) -> list[Option]:
 
 def _current_rows(rows: Sequence[MeasurementRecord]) -> list[MeasurementRecord]:
     """Rows of each workload's newest prompt set only (older prompt sets never mix in)."""
-    digests = {w: latest_digest(rows, w) for w in {r.workload for r in rows}}
-    return [r for r in rows if r.workload_digest == digests[r.workload]]
+    return list(Evidence.of(rows).rows)
 
 
-def _copy_cells(cells: dict[str, dict[Level, Point]]) -> dict[str, dict[Level, Point]]:
-    return {key: dict(per_level) for key, per_level in cells.items()}
-
-
-@by_identity(64, copy=_copy_cells)  # performance only: asked again for the same rows
 def _cells(rows: Sequence[MeasurementRecord]) -> dict[str, dict[Level, Point]]:
     """speculative config -> (workload, concurrency) -> its repeats as one point."""
     groups: dict[str, dict[Level, list[MeasurementRecord]]] = defaultdict(lambda: defaultdict(list))
@@ -966,7 +959,6 @@ def _by_level(cells: Mapping[str, Mapping[Level, Point]]) -> dict[Level, list[Po
     return out
 
 
-@by_identity(4096)  # performance only: most configs' repeats did not change since the last ask
 def _point(group: Sequence[MeasurementRecord]) -> Point:
     """One cell's repeats as a model point (:func:`autotune.evidence.points.point`)."""
     return point(group, group[0].method, group[0].num_speculative_tokens)

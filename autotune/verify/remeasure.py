@@ -134,7 +134,7 @@ def check_measured(
     from autotune.cluster.jobs import Cell
     from autotune.cluster.pools import pool_factory
     from autotune.datasets import prepare
-    from autotune.evidence.cells import baseline_drift, latest_digest
+    from autotune.evidence.cells import Evidence, baseline_drift
     from autotune.recommend import check as gate
     from autotune.recommend.deployed import deployed_label
     from autotune.recommend.normalize import key
@@ -179,8 +179,9 @@ def check_measured(
             f"{ref_trial.method} N={ref_trial.num_speculative_tokens} "
             f"({differences(deployed, [ref_trial.speculative_config])})"
         )
-    digest = latest_digest(rec.rows, workload) or ""
-    rows = [r for r in rec.rows if r.workload == workload and r.workload_digest == digest]
+    evidence = Evidence.of(rec.rows)
+    digest = evidence.digest(workload) or ""
+    rows = evidence.workload(workload)
     levels = sorted({r.concurrency for r in rows})
     if concurrency is not None:
         levels = [concurrency]

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from autotune import api
-from autotune.evidence.scores import DEFAULT_TIE_PCT
+from autotune.evidence.decide import PRACTICAL_TIE_PCT as DEFAULT_TIE_PCT
 from autotune.store import Store
 from autotune.testing.studies import tiny_real_study, write_study
 
@@ -73,7 +73,7 @@ def test_study_runs_on_real_engines(tmp_path: Path):
     fastest = max(r.output_throughput_tok_s for r in rows if r.concurrency == 1)
     assert max(s.median_tok_s for s in rec.choice.tied) == fastest
     assert rec.choice.best in rec.choice.tied
-    assert rec.choice.best.score_tok_s >= fastest * (1 - DEFAULT_TIE_PCT / 100)
+    assert rec.choice.best.median_tok_s >= fastest * (1 - DEFAULT_TIE_PCT / 100)
 
 
 def test_killed_driver_resumes_without_remeasuring(tmp_path: Path):

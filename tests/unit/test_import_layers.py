@@ -293,7 +293,7 @@ OUTER_LAYERS = ("search", "report", "observe", "export", "verify", "bench")
 
 ANSWERING = {
     "autotune.recommend": {"check"},  # the module: `from autotune.recommend import check`
-    "autotune.recommend.choose": {"Choice", "choose", "choose_overall", "rank", "screen"},
+    "autotune.recommend.choose": {"Choice", "choose", "choose_overall", "screen"},
     "autotune.recommend.slo": {
         "NoConfigMeetsSLO",
         "answers_by_goodput",
@@ -304,7 +304,9 @@ ANSWERING = {
         "pareto_front",
         "trade_off_rows",
     },
-    "autotune.recommend.answer": {"FINISHED", "coverage"},
+    "autotune.recommend.answer": {"FINISHED", "coverage", "recommend"},
+    # the one answer every surface renders (issue #31)
+    "autotune.recommend.answer_value": {"Answer", "from_rows"},
     "autotune.recommend.check": {"label"},
     "autotune.recommend.render": {"dsd_config", "ranges", "serve_args"},
     "autotune.recommend.deployed": {"deployed_label"},

@@ -1,9 +1,10 @@
-"""Low-confidence answers (issue #11, item 8) and ties (issue #12, item 5): `recommend` and
-`check` say when a level's winner is not established by its repeats: its margin over the
-runner-up (or, for a drafter, over the baseline) is inside their noise (median ± 1.4826·MAD),
-the winner's or the baseline's repeats spread over the study's ``measurement.max_spread_pct``,
-or the baseline drifted between its two runs; a level whose winner is inside the combined 95%
-intervals of the medians is a tie, answered by preference (off, then the smaller N).
+"""Low-confidence answers (issue #11, item 8) and ties (issues #12, #31): `recommend` and
+`check` say when a level's winner is not established by its repeats: it is *undecided* against
+the runner-up (or, for a drafter, the baseline): more than 1 % apart while the 95 % interval of
+the ratio of their medians contains 1 (autotune.evidence.decide); the winner's or the
+baseline's repeats spread over the study's ``measurement.max_spread_pct``; or the baseline
+drifted between its two runs. Within 1 % the configs tie and the preference picks (off, then
+the smaller N).
 
 The landscapes are written here by hand. The replay engine draws each repeat at random from the
 recorded ones, so a drawn spread depends on the draws; the scenarios that need an exact spread
@@ -21,7 +22,6 @@ import pytest
 
 from autotune import api
 from autotune.engine import EngineConfig, EngineInfo, Measurement
-from autotune.evidence.scores import MAD_SCALE
 from autotune.recommend.choose import choose
 from autotune.report.frames import frame_from_records, summary_frame
 from autotune.store import Store
@@ -30,8 +30,8 @@ from autotune.testing.studies import replay_study
 
 # method, N, concurrency, tok/s per repeat, acceptance per position (as in
 # autotune.testing.landscapes)
-# c=1: N=1 (median 163, 1.4826·MAD 4.4) beats N=2 (median 160) by 1.9%, past the 1% tie
-# margin, but their intervals 158.6..167.4 and 155.6..164.4 overlap. c=4 stays clear.
+# c=1: N=1 (median 163) beats N=2 (median 160) by 1.9%, past the 1% tie band, but on two runs
+# a side the 95% interval of their ratio contains 1: undecided. c=4 stays clear.
 WITHIN_NOISE = [
     ("none", 0, 1, (100, 101), ""),
     ("none", 0, 4, (300, 302), ""),
@@ -51,9 +51,9 @@ NOISY_BASELINE = [
     ("ngram", 2, 1, (200, 201), "0.6;0.4"),
     ("ngram", 2, 4, (340, 341), "0.6;0.4"),
 ]
-# c=1: ngram N=1 is the only drafter and barely above the baseline: 104 vs 100 median with
-# 1.4826·MAD of 4.4 and 3.0 tok/s, so the speedup itself is inside the noise, and the 95%
-# intervals of the two medians (t on two runs) make it a tie: the answer is off.
+# c=1: ngram N=1 is the only drafter and barely above the baseline: 104 vs 100 median, 4 %
+# ahead, but on two runs a side the 95% interval of the ratio contains 1: the answer is the
+# higher median, N=1, undecided.
 DRAFTER_NEAR_BASELINE = [
     ("none", 0, 1, (98, 102), ""),
     ("ngram", 1, 1, (101, 107), "0.6"),
@@ -121,34 +121,37 @@ def test_a_clear_winner_is_not_flagged(store, tmp_path, autotune):
     assert doc["low_confidence"] == [] and doc["tie"] is False and doc["tied_with"] == []
 
 
-def test_a_winner_within_the_noise_is_flagged(store, tmp_path):
+def test_a_winner_past_the_tie_band_inside_the_interval_is_undecided(store, tmp_path):
     _load(store, tmp_path, "close", WITHIN_NOISE)
     at1 = api.recommend(store, "org/tiny", "code", 1)
-    assert at1.choice.best.num_speculative_tokens == 1  # past the tie margin: a real winner
-    assert at1.choice.margin_pct is not None and at1.choice.margin_pct > 1.0
+    assert at1.choice.best.num_speculative_tokens == 1  # past the tie band: the higher median
+    assert at1.choice.margin_pct == pytest.approx(100 * (163 / 160 - 1))
+    assert at1.choice.verdict == "undecided"
     (low,) = at1.low_confidence
     assert low.concurrency == 1
     assert "ngram N=1 vs the runner-up ngram N=2" in low.reason
-    assert "median 163.0 vs 160.0 tok/s (+1.9%), inside their noise" in low.reason
-    # The noise half-widths in the reason are 1.4826·MAD over the two repeats (MAD = 3).
-    assert f"± {100 * MAD_SCALE * 3 / 163:.1f}%" in low.reason
+    assert "median 163.0 vs 160.0 tok/s (+1.9%), undecided" in low.reason
     assert "spread" not in low.reason  # 3.7% and 3.8% are under the 10% limit
     assert api.recommend(store, "org/tiny", "code", 4).low_confidence == ()
+    assert api.recommend(store, "org/tiny", "code", 4).choice.verdict == "decided"
 
 
-def test_the_rule_is_interval_overlap(store, tmp_path):
-    """Moving the runner-up just past the winner's noise interval clears the flag."""
+def test_the_rule_is_the_ratio_interval(store, tmp_path):
+    """Moving the runner-up just past the ratio's 95% interval makes the answer decided."""
+    from dataclasses import replace
+
+    from autotune.evidence.decide import compare
+
     _load(store, tmp_path, "close", WITHIN_NOISE)
     choice = api.recommend(store, "org/tiny", "code", 1).choice
     best, runner = choice.best, choice.runner_up
-    assert best.within_noise(runner) and runner.within_noise(best)
-    gap = (best.median_tok_s - best.noise_tok_s) - (runner.median_tok_s + runner.noise_tok_s)
-    assert gap < 0  # overlapping intervals
-    from dataclasses import replace
-
-    apart = replace(runner, median_tok_s=runner.median_tok_s + gap - 0.01)
-    assert not best.within_noise(apart)
-    assert replace(choice, runner_up=apart).low_confidence(10.0) == ()
+    assert runner is not None and best.ties_with(runner)
+    width = best.tie_pct(runner) / 100.0
+    apart = replace(runner, median_tok_s=best.median_tok_s / (1.0 + width) * 0.999)
+    assert not best.ties_with(apart) and compare(best, apart).verdict == "decided"
+    assert (
+        replace(choice, runner_up=apart, comparison=compare(best, apart)).low_confidence(10.0) == ()
+    )
 
 
 def test_a_noisy_baseline_flags_the_speedup(store, tmp_path, autotune):
@@ -184,34 +187,42 @@ def test_the_study_limit_decides_what_is_noisy(store, tmp_path):
     assert api.recommend(store, "org/tiny", "code", 1).low_confidence == ()
 
 
-def test_a_drafter_within_the_noise_of_the_baseline_is_a_tie_answered_off(
-    store, tmp_path, autotune
-):
+def test_a_drafter_inside_the_baselines_interval_is_answered_undecided(store, tmp_path, autotune):
     _load(store, tmp_path, "near", DRAFTER_NEAR_BASELINE, concurrency=[1])
     rec = api.recommend(store, "org/tiny", "code", 1)
-    assert rec.choice.best.is_baseline and rec.speculative_config is None
-    assert rec.choice.tie and [o.label() for o in rec.choice.tied_with] == ["ngram N=1"]
-    (low,) = rec.low_confidence  # the overlap of the MAD intervals is still a reason
-    assert "off (no speculation) vs the runner-up ngram N=1" in low.reason
+    assert rec.choice.best.num_speculative_tokens == 1 and not rec.choice.tie
+    assert rec.choice.verdict == "undecided"
+    (low,) = rec.low_confidence
+    assert "ngram N=1 vs the baseline: median 104.0 vs 100.0 tok/s (+4.0%), undecided" in low.reason
     args = ("recommend", "--model", "org/tiny", "--workload", "code", "--concurrency", "1")
     out = autotune(*args)
-    assert out.exit_code == 0 and json.loads(out.stdout) is None
-    (tie,) = [ln for ln in out.stderr.splitlines() if ln.startswith("note: tie")]
-    assert tie.startswith("note: tie at concurrency 1: off (no speculation) (100.0 tok/s) vs ")
-    # The margin is the answer's median over the other's (100.0 vs 104.0 tok/s), the same
-    # number --explain's margin % column shows.
-    assert "ngram N=1 (margin -3.8%, within ±" in tie and tie.endswith(
-        "the preferred off (no speculation)"
-    )
+    assert out.exit_code == 0 and json.loads(out.stdout)["num_speculative_tokens"] == 1
+    assert not [ln for ln in out.stderr.splitlines() if ln.startswith("note: tie")]
+    # The margin is the answer's median over the other's (104.0 vs 100.0 tok/s), the same
+    # number --explain's margin % column and --json's answer show.
     explained = autotune(*args, "--explain").stderr.splitlines()
-    (row,) = [ln.split() for ln in explained if ln.split()[:2] == ["1", "off"]]
-    assert row[row.index("N=1") + 1] == "-3.8"  # the column after the runner-up "ngram N=1"
+    (row,) = [ln.split() for ln in explained if ln.split()[:2] == ["1", "ngram"]]
+    assert row[row.index("off") + 1 :][:2] == ["+4.0", "undecided"]
     doc = json.loads(autotune(*args, "--json").stdout)
-    assert doc["tie"] is True and doc["speculative_config"] is None
+    assert doc["tie"] is False and doc["tied_with"] == []
+    (level,) = doc["answer"]["levels"]
+    assert level["margin_pct"] == pytest.approx(4.0) and level["verdict"] == "undecided"
+    assert level["confidence"] == "low"
+
+
+def test_a_tie_is_stated_with_the_answers_own_sign(store, tmp_path, autotune):
+    # N=1 150 and N=2 150.75 tok/s: 0.5 % apart, a tie; the smaller N answers, 0.5 % behind.
+    _load(store, tmp_path, "tied", TIED_NO_NOISE, concurrency=[1])
+    args = ("recommend", "--model", "org/tiny", "--workload", "code", "--concurrency", "1")
+    doc = json.loads(autotune(*args, "--json").stdout)
     (other,) = doc["tied_with"]
-    assert other["concurrency"] == 1 and other["config"] == "ngram N=1"
-    assert other["diff_pct"] == pytest.approx(4.0)
-    assert other["within_pct"] > 4.0  # the ratio's interval reaches past the 4% margin
+    expected = round(100 * (150 / 150.75 - 1), 3)
+    assert other["config"] == "ngram N=2" and other["margin_pct"] == expected
+    assert other["verdict"] == "tie"
+    (level,) = doc["answer"]["levels"]
+    assert level["margin_pct"] == expected and level["verdict"] == "tie"
+    (tie,) = [ln for ln in autotune(*args).stderr.splitlines() if ln.startswith("note: tie")]
+    assert "margin -0.5% over the runner-up" in tie
 
 
 def test_a_tie_without_measured_noise_is_not_flagged(store, tmp_path):

@@ -247,7 +247,7 @@ def test_a_drifting_baseline_is_low_confidence_and_speedups_pool_both_runs(
     assert doc["tie"] is False and doc["tied_with"] == []
     explain = autotune("recommend", "--model", "org/tiny", "--workload", "code", "--explain")
     header = next(ln for ln in explain.stderr.splitlines() if ln.lstrip().startswith("concur"))
-    assert "drift %" in header and "tie ±%" in header
+    assert "drift %" in header and "verdict" in header
     assert any(ln.split()[:1] == ["1"] and "+10.0" in ln for ln in explain.stderr.splitlines())
     report = autotune("report", "drift")
     assert report.exit_code == 0

@@ -264,8 +264,10 @@ def test_html_without_plotly_embeds_png(frame, tmp_path: Path):
     path = write_html(frame, tmp_path / "r.html", renderer="matplotlib")
     text = path.read_text()
     assert text.count("data:image/png;base64,") == 3
-    # one inline script (copy buttons, sorting, filtering); none fetched
-    assert "eagle3 N=" in text and text.count("<script") == 1 and "<script src=" not in text
+    # one inline script (copy buttons, sorting, filtering) and the answers' JSON island; none
+    # fetched
+    assert "eagle3 N=" in text and text.count("<script>") == 1 and "<script src=" not in text
+    assert text.count('<script type="application/json" id="autotune-answers">') == 1
 
 
 @pytest.mark.slow  # renders the three figures as SVG (matplotlib): `make test` runs it

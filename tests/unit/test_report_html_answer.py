@@ -2,8 +2,8 @@
 
 A replay of the recorded CPU sweep ``bench/landscapes/cpu-tiny-llama.csv``: per (workload,
 concurrency) the HTML answer row carries ``recommend --format args`` as its serve line, and
-marks a tie and low confidence exactly where ``recommend`` notes them (one definition each,
-``autotune.recommend.choose``).
+marks a tie and low confidence exactly where ``recommend`` notes them (one Answer,
+``autotune.recommend.answer_value``).
 """
 
 from __future__ import annotations
@@ -18,11 +18,14 @@ LANDSCAPE = "bench/landscapes/cpu-tiny-llama.csv"
 
 
 def _rows(page: str) -> dict[tuple[str, int], str]:
+    """Each answer row, its data attributes (the Answer's verdict and confidence) first."""
     table = page.split('<table class="answer">', 1)[1].split("</table>", 1)[0]
     out = {}
-    for row in re.findall(r"<tr>(.*?)</tr>", table.split("<tbody>", 1)[1], re.S):
+    for attrs, row in re.findall(
+        r'<tr class="level" ([^>]*)>(.*?)</tr>', table.split("<tbody>", 1)[1], re.S
+    ):
         cells = re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)
-        out[(html.unescape(cells[0]), int(cells[1]))] = row
+        out[(html.unescape(cells[0]), int(cells[1]))] = attrs + row
     return out
 
 
@@ -46,8 +49,8 @@ def test_the_front_table_is_recommends_answer_tie_and_confidence(autotune, tmp_p
         assert "--dtype" in serve  # the measured engine args, not only the config
         tie = f"tie at concurrency {level}:" in answer.stderr
         low = f"low confidence at concurrency {level}:" in answer.stderr
-        assert ("tie with" in row) == tie, (workload, level, answer.stderr)
-        assert ("low confidence</span>" in row) == low, (workload, level, answer.stderr)
+        assert ('data-verdict="tie"' in row) == tie, (workload, level, answer.stderr)
+        assert ('data-confidence="low"' in row) == low, (workload, level, answer.stderr)
         ties, lows = ties + tie, lows + low
     # The recorded sweep has both (else the comparison above shows nothing).
     assert ties >= 1 and lows >= 1, (ties, lows)

@@ -1,0 +1,105 @@
+"""The one rule that compares two configs' medians: margin, tie, undecided, decided.
+
+Every surface (recommend, check, report, the run's progress line, the search's undecided
+repeats) states a comparison through :func:`compare`, so their margins, ties and verdicts never
+disagree. docs/answers.md is the user's copy of the definition:
+
+- margin: ``100·(answer/other − 1)`` of the two medians, one sign everywhere (positive: the
+  answer is ahead);
+- tie: ``|margin| ≤`` :data:`PRACTICAL_TIE_PCT` (1 %, as vLLM's own tuner breaks ties to the
+  smaller K only within 1 %); inside it the preference picks (:func:`preference`: off, then the
+  smaller N, then no draft model);
+- undecided: beyond 1 % where the 95 % interval of the ratio of the medians still contains 1
+  (:meth:`autotune.evidence.scores.ConfigScore.ties_with`), unless the ratio is past 2× (a 2×,
+  let alone a 10×, gap is never a tie nor undecided: it is decided, and the noisy repeats that
+  widened the interval are a confidence reason of their own);
+- decided: otherwise. Beyond the tie the answer is always the higher median.
+
+Ranking is by the median (not the robust score ``median − 1.4826·MAD``), so rank, margin and
+tie never contradict each other: :func:`rank` puts the preferred config of the tie band around
+the top median first, then the rest by median.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from autotune.evidence.scores import ConfigScore
+
+PRACTICAL_TIE_PCT = 1.0
+"""Configs whose medians lie within this percent of each other tie (vLLM PR #49163's band)."""
+DECIDED_RATIO = 2.0
+"""A ratio of medians at or past this (either way) is decided whatever the interval says."""
+
+Verdict = Literal["tie", "undecided", "decided"]
+VERDICTS: tuple[Verdict, ...] = ("tie", "undecided", "decided")
+
+
+def margin_pct(answer_tok_s: float, other_tok_s: float) -> float:
+    """``100·(answer/other − 1)``: positive when the answer is ahead; 0 when ``other`` is 0."""
+    return 100.0 * (answer_tok_s / other_tok_s - 1.0) if other_tok_s > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """The answer's median against another config's: the margin and the verdict."""
+
+    answer: ConfigScore
+    other: ConfigScore
+    margin_pct: float
+    """``100·(answer/other − 1)`` of the medians (positive: the answer is ahead)."""
+    verdict: Verdict
+
+    @property
+    def interval_pct(self) -> float:
+        """± percent of the 95 % interval of the ratio of the medians (``inf``: not stated)."""
+        return self.answer.tie_pct(self.other)
+
+    def words(self) -> str:
+        """``+2.4%, decided`` — the one way a comparison is printed."""
+        return f"{self.margin_pct:+.1f}%, {self.verdict}"
+
+    def as_json(self) -> dict[str, Any]:
+        """``margin_pct`` (3 decimals), ``verdict`` and the interval (null when unbounded)."""
+        width = self.interval_pct
+        return {
+            "margin_pct": round(self.margin_pct, 3),
+            "verdict": self.verdict,
+            "interval_pct": round(width, 3) if math.isfinite(width) else None,
+        }
+
+
+def compare(
+    answer: ConfigScore, other: ConfigScore, tie_pct: float = PRACTICAL_TIE_PCT
+) -> Comparison:
+    """The rule (module docstring) for ``answer`` against ``other``."""
+    m = margin_pct(answer.median_tok_s, other.median_tok_s)
+    ratio = 1.0 + m / 100.0
+    far = ratio >= DECIDED_RATIO or ratio <= 1.0 / DECIDED_RATIO
+    if abs(m) <= tie_pct:
+        verdict: Verdict = "tie"
+    elif not far and answer.ties_with(other):
+        verdict = "undecided"
+    else:
+        verdict = "decided"
+    return Comparison(answer=answer, other=other, margin_pct=m, verdict=verdict)
+
+
+def preference(s: ConfigScore) -> tuple[int, int]:
+    """Inside a tie: the smaller N first (off, N = 0, first of all), then no draft model."""
+    return (s.num_speculative_tokens, 0 if s.draft is None else 1)
+
+
+def rank(scores: Iterable[ConfigScore], tie_pct: float = PRACTICAL_TIE_PCT) -> list[ConfigScore]:
+    """Best first: the configs tied with the top median (within ``tie_pct`` of it) in order of
+    :func:`preference`, then the rest by median, highest first."""
+    by_median = sorted(scores, key=lambda s: s.median_tok_s, reverse=True)
+    if not by_median:
+        return []
+    top = by_median[0]
+    band = [s for s in by_median if compare(s, top, tie_pct).verdict == "tie"]
+    tied = sorted(band, key=preference)
+    return tied + [s for s in by_median if not any(s is t for t in band)]
