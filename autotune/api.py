@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from autotune.errors import SpecError
+from autotune.errors import NoResultError, SpecError
 from autotune.recommend import answer as _answer
 from autotune.recommend.answer import PriorRecommendation as PriorRecommendation
 from autotune.recommend.answer import Recommendation as Recommendation
@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from autotune.datasets.show import WorkloadView
     from autotune.export.speculators import SpeculatorsExport
     from autotune.recommend.answer import Coverage, Selected, StoredCheck
+    from autotune.recommend.compare import Comparison
     from autotune.report.study import StudyReport
     from autotune.search.imported_study import Imported
     from autotune.search.preflight import Preflight
@@ -396,4 +397,35 @@ def import_sweep(
         model,
         method,
         draft,
+    )
+
+
+def compare_studies(
+    store: Store,
+    study_a: str,
+    study_b: str,
+    *,
+    tolerance_pct: float = 5.0,
+    workload: str | None = None,
+) -> Comparison:
+    """`autotune compare A B`: both studies' answers per (workload, concurrency) and what changed
+    beyond noise from A to B (:mod:`autotune.recommend.compare`)."""
+    from autotune.recommend.compare import compare_rows
+
+    records = [store.get_study(name) for name in (study_a, study_b)]
+    rows = [store.measurements(study=r.name) for r in records]
+    for record, measured in zip(records, rows, strict=True):
+        if not measured:
+            raise NoResultError(f"study {record.name!r} has no measurements yet")
+    spreads = tuple(
+        ResolvedStudy.from_json(r.resolved_json).spec.measurement.max_spread_pct for r in records
+    )
+    return compare_rows(
+        study_a,
+        rows[0],
+        study_b,
+        rows[1],
+        spreads=(spreads[0], spreads[1]),
+        tolerance_pct=tolerance_pct,
+        workload=workload,
     )
