@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from autotune.export.speculators import SpeculatorsExport
     from autotune.recommend.answer import Coverage, Selected, StoredCheck
     from autotune.recommend.compare import Comparison
+    from autotune.recommend.rate import RateAnswer
     from autotune.report.study import StudyReport
     from autotune.search.imported_study import Imported
     from autotune.search.preflight import Preflight
@@ -429,3 +430,15 @@ def compare_studies(
         tolerance_pct=tolerance_pct,
         workload=workload,
     )
+
+
+def recommend_at_rate(
+    store: Store, model: str, workload: str, request_rate: float, study: str | None = None
+) -> tuple[Selected, RateAnswer]:
+    """`recommend --request-rate R`: the concurrency each config would run at for R requests/s
+    (Little's law on its measured latency per level) and the answer there, from the study
+    ``select_study`` picks (:mod:`autotune.recommend.rate`)."""
+    from autotune.recommend.rate import answer_at_rate
+
+    sel = select_study(store, model, workload, study)
+    return sel, answer_at_rate(sel.rows, workload, request_rate)
