@@ -34,7 +34,12 @@ from typing import TYPE_CHECKING, Any
 
 from autotune.errors import SpecError
 from autotune.evidence.cells import latest_digest
-from autotune.evidence.scores import DEFAULT_TIE_PCT, labels_of, median_ci_halfwidth_pct
+from autotune.evidence.scores import (
+    DEFAULT_TIE_PCT,
+    STATABLE_PCT,
+    labels_of,
+    median_ci_halfwidth_pct,
+)
 from autotune.spec.methods import config_id
 
 if TYPE_CHECKING:
@@ -63,6 +68,16 @@ class ConfigAtRate:
         width = math.hypot(self.ci_log, other.ci_log)
         ratio = abs(math.log(self.mean_latency_ms / other.mean_latency_ms))
         return ratio <= math.log1p(DEFAULT_TIE_PCT / 100.0) or ratio <= width
+
+    def tie_pct(self, other: ConfigAtRate) -> float:
+        """± percent of the 95% interval of the two latencies' ratio (inf: unmeasured noise)."""
+        width = math.hypot(self.ci_log, other.ci_log)
+        return 100.0 * math.expm1(width) if math.isfinite(width) else math.inf
+
+    def tie_text(self, other: ConfigAtRate) -> str:
+        """``within ±4.2%``, or ``undecided`` past :data:`STATABLE_PCT` (as ties print)."""
+        pct = self.tie_pct(other)
+        return "undecided" if not pct <= STATABLE_PCT else f"within ±{pct:.1f}%"
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -107,7 +122,9 @@ class RateAnswer:
         if off is not None and off is not b:
             text += f"; off at {off.concurrency:.2f} and {off.mean_latency_ms:,.0f} ms"
         if self.tied_with:
-            text += "; tied with " + ", ".join(t.config for t in self.tied_with)
+            text += "; tied with " + ", ".join(
+                f"{t.config} ({b.tie_text(t)})" for t in self.tied_with
+            )
         if self.beyond:
             text += "; beyond the measured levels at this rate: " + ", ".join(self.beyond)
         return text
@@ -124,7 +141,19 @@ class RateAnswer:
             "mean_latency_ms": round(self.best.mean_latency_ms, 3),
             "latency_vs_off": None if vs_off is None else round(vs_off, 4),
             "tie": bool(self.tied_with),
-            "tied_with": [t.config for t in self.tied_with],
+            "tied_with": [
+                {
+                    "config": t.config,
+                    "latency_ratio": round(t.mean_latency_ms / self.best.mean_latency_ms, 4),
+                    "within_pct": (
+                        None
+                        if (p := self.best.tie_pct(t)) > STATABLE_PCT or not math.isfinite(p)
+                        else round(p, 3)
+                    ),
+                    "undecided": not self.best.tie_pct(t) <= STATABLE_PCT,
+                }
+                for t in self.tied_with
+            ],
             "configs": [c.as_json() for c in self.configs],
             "beyond_measured_levels": list(self.beyond),
             "measured_levels": list(self.levels),
