@@ -408,13 +408,16 @@ def compare_studies(
     *,
     tolerance_pct: float = 5.0,
     workload: str | None = None,
+    store_b: Store | None = None,
 ) -> Comparison:
     """`autotune compare A B`: both studies' answers per (workload, concurrency) and what changed
-    beyond noise from A to B (:mod:`autotune.recommend.compare`)."""
+    beyond noise from A to B (:mod:`autotune.recommend.compare`); B from ``store_b`` when given
+    (another machine's store)."""
     from autotune.recommend.compare import compare_rows
 
-    records = [store.get_study(name) for name in (study_a, study_b)]
-    rows = [store.measurements(study=r.name) for r in records]
+    stores = (store, store_b or store)
+    records = [s.get_study(name) for s, name in zip(stores, (study_a, study_b), strict=True)]
+    rows = [s.measurements(study=r.name) for s, r in zip(stores, records, strict=True)]
     for record, measured in zip(records, rows, strict=True):
         if not measured:
             raise NoResultError(f"study {record.name!r} has no measurements yet")

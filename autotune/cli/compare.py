@@ -108,6 +108,13 @@ def render(comparison: Comparison, fmt: str) -> None:
     "measured.",
 )
 @click.option(
+    "--b-db",
+    "b_db",
+    default=None,
+    metavar="URL",
+    help="Read study B from this store (another machine's) [default: the same store as A].",
+)
+@click.option(
     "--workload", default=None, metavar="NAME", help="Compare this workload only [default: all]."
 )
 @click.option(
@@ -125,6 +132,7 @@ def compare(
     study_a: str,
     study_b: str,
     tolerance_pct: float,
+    b_db: str | None,
     workload: str | None,
     fmt: str,
     as_json: bool,
@@ -148,11 +156,18 @@ def compare(
     Example:
       autotune compare tiny-code-vllm-0.31 tiny-code-vllm-0.32
       autotune compare before after --tolerance 3 --json
+      autotune --db h200.db compare kimi-code kimi-code --b-db mi300x.db
     """
     from autotune import api
 
+    store_b = None if b_db is None else Context(db=b_db).store()
     comparison = api.compare_studies(
-        ctx.store(), study_a, study_b, tolerance_pct=tolerance_pct, workload=workload
+        ctx.store(),
+        study_a,
+        study_b,
+        tolerance_pct=tolerance_pct,
+        workload=workload,
+        store_b=store_b,
     )
     if not comparison.cells:
         from autotune.errors import NoResultError

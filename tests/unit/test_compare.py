@@ -63,6 +63,25 @@ def test_two_imports_of_one_sweep_show_no_change(autotune) -> None:
     assert data["regression"] is False
 
 
+def test_study_b_from_another_store(autotune, replays: Path, tmp_path: Path) -> None:
+    other = tmp_path / "other.db"
+    done = autotune("--db", str(other), "import", "--vllm-sweep", str(SWEEP), "--workload",
+                    "code", "--name", "late", db=False)  # fmt: skip
+    assert done.exit_code == 0, done.stderr
+    # same study name, other store: B is the other store's (an n-gram sweep, not a replay)
+    out = autotune("--db", str(replays), "compare", "late", "late", "--b-db", str(other),
+                   "--json", db=False)  # fmt: skip
+    assert out.exit_code in (0, 1), out.stderr
+    data = json.loads(out.stdout)
+    assert [c["concurrency"] for c in data["cells"]] == [1]  # the levels both measured
+    assert {c["concurrency"] for c in data["only_in_b"]} == {4}
+    missing = autotune("--db", str(replays), "compare", "late", "early", "--b-db", str(other),
+                       db=False)  # fmt: skip
+    assert missing.exit_code == 2 and f"no study named 'early' in sqlite:///{other}" in (
+        missing.stderr
+    )
+
+
 def test_the_slower_sweep_after_the_faster_one_is_a_regression(autotune, replays: Path) -> None:
     out = autotune("--db", str(replays), "compare", "late", "early", "--json", db=False)
     assert out.exit_code == 1, out.stderr
