@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from autotune.errors import SpecError
+from autotune.errors import NoResultError, SpecError
 from autotune.recommend import answer as _answer
 from autotune.recommend.answer import PriorRecommendation as PriorRecommendation
 from autotune.recommend.answer import Recommendation as Recommendation
@@ -32,6 +32,8 @@ if TYPE_CHECKING:
     from autotune.datasets.show import WorkloadView
     from autotune.export.speculators import SpeculatorsExport
     from autotune.recommend.answer import Coverage, Selected, StoredCheck
+    from autotune.recommend.compare import Comparison
+    from autotune.recommend.rate import RateAnswer
     from autotune.report.study import StudyReport
     from autotune.search.imported_study import Imported
     from autotune.search.preflight import Preflight
@@ -397,3 +399,49 @@ def import_sweep(
         method,
         draft,
     )
+
+
+def compare_studies(
+    store: Store,
+    study_a: str,
+    study_b: str,
+    *,
+    tolerance_pct: float = 5.0,
+    workload: str | None = None,
+    store_b: Store | None = None,
+) -> Comparison:
+    """`autotune compare A B`: both studies' answers per (workload, concurrency) and what changed
+    beyond noise from A to B (:mod:`autotune.recommend.compare`); B from ``store_b`` when given
+    (another machine's store)."""
+    from autotune.recommend.compare import compare_rows
+
+    stores = (store, store_b or store)
+    records = [s.get_study(name) for s, name in zip(stores, (study_a, study_b), strict=True)]
+    rows = [s.measurements(study=r.name) for s, r in zip(stores, records, strict=True)]
+    for record, measured in zip(records, rows, strict=True):
+        if not measured:
+            raise NoResultError(f"study {record.name!r} has no measurements yet")
+    spreads = tuple(
+        ResolvedStudy.from_json(r.resolved_json).spec.measurement.max_spread_pct for r in records
+    )
+    return compare_rows(
+        study_a,
+        rows[0],
+        study_b,
+        rows[1],
+        spreads=(spreads[0], spreads[1]),
+        tolerance_pct=tolerance_pct,
+        workload=workload,
+    )
+
+
+def recommend_at_rate(
+    store: Store, model: str, workload: str, request_rate: float, study: str | None = None
+) -> tuple[Selected, RateAnswer]:
+    """`recommend --request-rate R`: the concurrency each config would run at for R requests/s
+    (Little's law on its measured latency per level) and the answer there, from the study
+    ``select_study`` picks (:mod:`autotune.recommend.rate`)."""
+    from autotune.recommend.rate import answer_at_rate
+
+    sel = select_study(store, model, workload, study)
+    return sel, answer_at_rate(sel.rows, workload, request_rate)

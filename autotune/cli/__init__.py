@@ -14,6 +14,7 @@ from autotune import __version__
 from autotune.cli._common import Context, report_errors
 from autotune.cli.bench import bench
 from autotune.cli.check import check
+from autotune.cli.compare import compare
 from autotune.cli.export import export
 from autotune.cli.imports import import_
 from autotune.cli.models import models
@@ -65,6 +66,7 @@ cli.add_command(check)
 cli.add_command(bench)
 cli.add_command(verify)
 cli.add_command(observe)
+cli.add_command(compare)
 
 
 def _set_db(ctx: click.Context, param: click.Parameter, value: str | None) -> None:

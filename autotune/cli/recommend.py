@@ -54,6 +54,15 @@ FORMATS = ("json", "args", "yaml", "dsd")
     "measured ones is answered from its neighbours).",
 )
 @click.option(
+    "--request-rate",
+    type=POSITIVE_FLOAT,
+    default=None,
+    metavar="R",
+    help="Answer for an arrival rate of R requests/s: the config with the lowest mean latency "
+    "at the concurrency it would run at (Little's law, c = R x latency, between measured "
+    "levels); exit 2 beyond them (docs/deployment-rates.md).",
+)
+@click.option(
     "--study",
     "study_name",
     default=None,
@@ -128,6 +137,7 @@ def recommend(
     concurrency: int | None,
     context: int | None,
     traffic: str | None,
+    request_rate: float | None,
     study_name: str | None,
     fmt: str,
     explain: bool,
@@ -196,6 +206,7 @@ def recommend(
       autotune recommend --model kimi --workload code
       autotune recommend --model tiny --workload code --concurrency 8 --slo-p99-itl-ms 20
       autotune recommend --model tiny --workload code --concurrency 4 --format args
+      autotune recommend --model tiny --workload code --request-rate 4
       # after a study with context_lengths: [1024, 8192] (the shipped studies have none)
       autotune recommend --model tiny --workload code --context 4096 --explain
     """
@@ -220,6 +231,15 @@ def recommend(
         if found and api.per_context_only(ctx.store(), model, workload, study_name):
             _print_context_dsd(ctx, model, found, concurrency, study_name, slo, as_json)
             return
+    if request_rate is not None:  # the arrival-rate answer (autotune.recommend.rate)
+        from autotune.cli.rate import print_rate_answer
+
+        clash = [f for f, v in (("--concurrency", concurrency), ("--traffic", traffic)) if v]
+        clash += ["--slo-*"] if slo else []
+        clash += [] if fmt == "json" else [f"--format {fmt}"]
+        clash += [] if source != "published" else ["--source published"]
+        print_rate_answer(ctx, model, workload, request_rate, study_name, as_json, clash)
+        return
     mix, normalised = (None, None) if traffic is None else parse_traffic(traffic)
     if mix is not None and concurrency is not None:
         raise SpecError("give --traffic or --concurrency, not both", source="--traffic")

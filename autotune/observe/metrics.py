@@ -1,6 +1,7 @@
 """One scrape of a vLLM server's Prometheus ``/metrics``: the speculative-decoding counters and
 the running-requests gauge, under vLLM's own names (``vllm/v1/spec_decode/metrics.py``,
-``vllm/v1/metrics/loggers.py``), parsed with ``prometheus_client``'s text parser."""
+``vllm/v1/metrics/loggers.py``), parsed with ``prometheus_client``'s text parser; a llama.cpp
+server's ``llamacpp:`` counters are read as their vLLM names (:mod:`autotune.observe.llamacpp`)."""
 
 from __future__ import annotations
 
@@ -69,16 +70,30 @@ def parse(text: str, url: str) -> Scrape:
     running = 0.0
     models: set[str] = set()
     seen: set[str] = set()
+    from autotune.observe import llamacpp
+
     try:
-        for family in text_string_to_metric_families(text):
+        families = list(text_string_to_metric_families(text))
+    except (ValueError, TypeError, IndexError) as exc:
+        raise SpecError(f"not Prometheus text: {exc}", source=SOURCE, field=url) from None
+    # llama.cpp's server exports the same counters as llamacpp:...: read under vLLM's names.
+    dialect = "vllm:"
+    if not any(f.name.startswith("vllm:") for f in families) and any(
+        f.name.startswith(llamacpp.PREFIX) for f in families
+    ):
+        dialect = llamacpp.PREFIX
+    try:
+        for family in families:
             name = family.name
+            if dialect == llamacpp.PREFIX:
+                name = llamacpp.TO_VLLM.get(name, name)
             if not name.startswith("vllm:"):
                 continue
             seen.add(name)
             for s in family.samples:
                 if "model_name" in s.labels:
                     models.add(s.labels["model_name"])
-                if name == NUM_REQUESTS_RUNNING and s.name == name:
+                if name == NUM_REQUESTS_RUNNING and s.name == family.name:
                     running += s.value
                 elif name == ACCEPTED_PER_POS and s.name.endswith("_total"):
                     pos = int(s.labels.get("position", "0"))
@@ -88,17 +103,27 @@ def parse(text: str, url: str) -> Scrape:
     except (ValueError, TypeError, IndexError) as exc:
         raise SpecError(f"not Prometheus text: {exc}", source=SOURCE, field=url) from None
     if not seen:
-        raise SpecError("no vllm: metrics: not a vLLM server's /metrics", source=SOURCE, field=url)
-    if not any(n.startswith("vllm:spec_decode") for n in seen):
+        raise SpecError(
+            "no vllm: metrics (nor llama.cpp's llamacpp: ones): not a vLLM or llama.cpp "
+            "server's /metrics",
+            source=SOURCE,
+            field=url,
+        )
+    if dialect == "vllm:" and not any(n.startswith("vllm:spec_decode") for n in seen):
         raise SpecError(
             "the server runs without speculative decoding (no vllm:spec_decode_* counters)",
             source=SOURCE,
             field=url,
         )
     missing = [n for n in COUNTERS if n not in seen]
+    if dialect == llamacpp.PREFIX and not totals.get(NUM_DRAFTS):
+        missing = [n for n in missing if n not in llamacpp.OPTIONAL]
     if NUM_REQUESTS_RUNNING not in seen:
         missing.append(NUM_REQUESTS_RUNNING)
     if missing:
+        if dialect == llamacpp.PREFIX:
+            names = {v: k for k, v in llamacpp.TO_VLLM.items()}
+            missing = [names.get(n, n) for n in missing]
         raise SpecError(f"missing counter {', '.join(missing)}", source=SOURCE, field=url)
     positions = max(per_pos) + 1 if per_pos else 0
     return Scrape(

@@ -3,6 +3,7 @@ the running-requests gauge sampled every interval in between."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -78,6 +79,9 @@ class Window:
 def delta(first: Scrape, last: Scrape, url: str, duration_s: float, samples: list[float]) -> Window:
     """The window between two scrapes; SpecError when a counter went down (the server restarted
     or another server answered) or the number of draft positions changed."""
+    if not first.accepted_per_pos and not first.num_drafts:
+        # llama.cpp writes its per-position counter only once it counted a draft
+        first = dataclasses.replace(first, accepted_per_pos=(0,) * len(last.accepted_per_pos))
     if len(first.accepted_per_pos) != len(last.accepted_per_pos):
         raise SpecError(
             "the number of draft positions changed during the window (server restarted?)",

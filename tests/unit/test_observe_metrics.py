@@ -219,3 +219,39 @@ def test_check_measure_refuses_before_any_engine_starts(autotune, measured) -> N
     )  # fmt: skip
     _one_line(off, 2, "drafts nothing")
     assert store_digest(db) == before
+
+
+# --- llama.cpp's server: the same counters as llamacpp:... (autotune.observe.llamacpp) -------
+# No llama.cpp server runs here (see docs/after-deployment.md): the pages are the recorded vLLM
+# scrapes' counter values written in llama.cpp's exposition format (autotune.testing.llamacpp).
+
+
+def _llamacpp(text: str) -> str:
+    from autotune.testing.llamacpp import exposition
+
+    return exposition(parse(text, "recorded"))
+
+
+def test_llamacpp_counters_read_as_vllms() -> None:
+    page = _llamacpp(AFTER)
+    assert "llamacpp:spec_decode_num_drafts_total 284\n" in page
+    assert 'llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position="1"} 194' in page
+    s = parse(page, "http://127.0.0.1/metrics")
+    assert (s.num_drafts, s.num_draft_tokens, s.num_accepted_tokens) == (284, 560, 424)
+    assert s.accepted_per_pos == (230, 194) and s.model_names == ()
+    idle = parse(_llamacpp(IDLE), "u")  # nothing drafted yet: llama.cpp writes no per-position
+    assert "per_pos" not in _llamacpp(IDLE) and idle.accepted_per_pos == ()
+    with pytest.raises(SpecError, match="missing counter llamacpp:spec_decode_num_drafts"):
+        parse(page.replace("num_drafts_total", "x_total"), "u")
+
+
+def test_observe_a_llamacpp_server_on_loopback(autotune, measured) -> None:
+    db, ngram = measured
+    with serving(_llamacpp(IDLE), _llamacpp(AFTER)) as url:
+        r = _observe(autotune, db, url, ngram, "--json")
+    assert r.exit_code == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert data["live"]["num_drafts"] == 284 and data["live"]["accepted_per_pos"] == [230, 194]
+    assert data["study_acceptance_per_pos"] == pytest.approx([0.6, 0.4])
+    with serving(_llamacpp(AFTER)) as url:  # counters that do not move: no traffic
+        _one_line(_observe(autotune, db, url, ngram), 1, "no speculative decoding step")
