@@ -533,3 +533,31 @@ def test_no_command_prints_the_password(
         )
     assert not hits, hits
     assert codes[0] >= 20  # the commands ran, not only their errors
+
+
+def test_sighup_stops_the_run_like_sigterm(store_url: str, tmp_path: Path):
+    """SIGHUP (a closed terminal, a killed tmux) mid-trial: the driver stops cleanly (exit 129,
+    one line saying so), leaves the study and its trial ``interrupted``, not ``running``, and
+    releases its lease at once; the resume ends equal to an uninterrupted run."""
+    ref = _reference(store_url, tmp_path)
+    api.create_study(Store(store_url), _study_file(tmp_path, "hup"))
+    hold = tmp_path / "hold"
+    hold.touch()
+    driver = _driver(store_url, "study", "run", "hup", HOLD_FILE=str(hold))
+    assert driver.stdout is not None
+    assert driver.stdout.readline().strip() == "measure"
+    driver.send_signal(signal.SIGHUP)
+    _, err = driver.communicate(timeout=120)
+    assert driver.returncode == 129, err
+    assert "Traceback" not in err and "autotune: interrupted (SIGHUP)" in err, err
+    store = Store(store_url)
+    record = store.get_study("hup")
+    assert record.status == "interrupted"
+    assert "running" not in [t.state for t in store.trials(record)]
+    assert store.lease_holder("hup") is None  # released, not left to lapse
+    store.dispose()
+    hold.unlink()
+    resumed = _driver(store_url, "study", "resume", "hup")
+    _, err = resumed.communicate(timeout=240)
+    assert resumed.returncode == 0, err
+    _same_as_reference(store_url, "hup", ref)
