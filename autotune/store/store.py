@@ -40,7 +40,13 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.engine import CursorResult, RowMapping, make_url
-from sqlalchemy.exc import ArgumentError, SQLAlchemyError
+from sqlalchemy.exc import (
+    ArgumentError,
+    DBAPIError,
+    InterfaceError,
+    OperationalError,
+    SQLAlchemyError,
+)
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.sql.elements import ColumnElement
 
@@ -76,6 +82,107 @@ from autotune.store.tables import (
 from autotune.store.urls import masked_url, scrub
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
+
+STORE_RETRY_S = 60.0
+"""How long a transient loss of the store (a PostgreSQL restart, a SQLite file locked past its
+busy timeout) is retried, with back-off, before the run gives up in one line; the environment's
+``AUTOTUNE_STORE_RETRY_S`` sets another bound (0: no retry)."""
+
+_TRANSIENT = (
+    "database is locked",
+    "server closed the connection",
+    "connection refused",
+    "terminating connection",
+    "could not connect",
+    "connection is closed",
+    "the database system is",
+    "consuming input failed",
+    "connection timed out",
+    "no connection to the server",
+    "connection reset",
+    "connection not open",
+    "closed the connection unexpectedly",
+    "server conn crashed",
+)
+"""What a database driver says when the server went away for a while or a lock is held: worth
+another try. Anything else (a refused login, a database that accepts no connections, a full
+disk, a constraint) fails at once."""
+
+
+def _is_transient(exc: BaseException | None) -> bool:
+    if isinstance(exc, DBAPIError) and exc.connection_invalidated:
+        return True
+    if not isinstance(exc, OperationalError | InterfaceError):
+        return False
+    said = str(getattr(exc, "orig", None) or exc).lower()
+    return any(t in said for t in _TRANSIENT)
+
+
+class _TransientStoreError(StoreError):
+    """A store operation failed for a reason that may pass (see :func:`_is_transient`)."""
+
+
+def store_retry_s() -> float:
+    """The retry bound: ``AUTOTUNE_STORE_RETRY_S`` or :data:`STORE_RETRY_S`."""
+    raw = os.environ.get("AUTOTUNE_STORE_RETRY_S", "")
+    try:
+        value = float(raw) if raw.strip() else STORE_RETRY_S
+    except ValueError:
+        raise SpecError(
+            f"not a number of seconds: {raw[:40]!r}", source="AUTOTUNE_STORE_RETRY_S"
+        ) from None
+    if not math.isfinite(value) or not 0 <= value <= 3600:
+        raise SpecError("must be between 0 and 3600 seconds", source="AUTOTUNE_STORE_RETRY_S")
+    return value
+
+
+_RETRYING = threading.local()
+"""Set while a retried call runs in this thread: the calls inside it do not retry again."""
+
+
+def _with_retry(
+    call: Callable[[], Any], shown_url: str, transient: Callable[[Exception], bool]
+) -> Any:
+    """Run ``call``, again with back-off (0.1 s doubling to 2 s) while it fails transiently,
+    for :func:`store_retry_s` at most; then a StoreError in one line."""
+    if getattr(_RETRYING, "active", False):
+        return call()
+    bound = store_retry_s()
+    deadline = time.monotonic() + bound
+    delay = 0.1
+    _RETRYING.active = True
+    try:
+        while True:
+            try:
+                return call()
+            except Exception as exc:
+                if not transient(exc):
+                    raise
+                if time.monotonic() + delay > deadline:
+                    raise StoreError(
+                        f"the store {shown_url} stayed unreachable for {bound:g} s "
+                        f"({_one_line(exc)[:200]}); gave up (AUTOTUNE_STORE_RETRY_S sets how long "
+                        "to retry)"
+                    ) from None
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
+    finally:
+        _RETRYING.active = False
+
+
+def _retried(method: Callable[..., Any]) -> Callable[..., Any]:
+    """A Store method whose transaction is run again while the store is transiently lost."""
+
+    @functools.wraps(method)
+    def wrapper(self: Store, *args: Any, **kwargs: Any) -> Any:
+        return _with_retry(
+            lambda: method(self, *args, **kwargs),
+            self.shown_url,
+            lambda exc: isinstance(exc, _TransientStoreError),
+        )
+
+    return wrapper
+
 
 LEASE_LOCK_WAIT_MS = 3_000
 """How long a lease write waits for SQLite's write lock before saying who holds it."""
@@ -246,7 +353,9 @@ class Store:
                         source="--db",
                     ) from None
             try:
-                engine = create_engine(self.url)
+                # A server restarted under a running driver leaves the pool's connections dead:
+                # each is checked before use (SQLite files have no server to lose).
+                engine = create_engine(self.url, pool_pre_ping=path is None)
             except (SQLAlchemyError, ImportError, ValueError, TypeError) as exc:
                 raise SpecError(
                     f"cannot open {self.shown_url}: {self._one_line(exc)}", source="--db"
@@ -280,6 +389,8 @@ class Store:
 
         if self.url.startswith("sqlite"):
             kwargs.setdefault("engine_kwargs", {"connect_args": {"timeout": 30}})
+        else:
+            kwargs.setdefault("engine_kwargs", {"pool_pre_ping": True})
         self.ensure_optuna_schema()
         kwargs.setdefault("skip_table_creation", True)  # they exist: just ensured
         storage = _optuna_rdb(optuna, self.url, **kwargs)
@@ -341,6 +452,8 @@ class Store:
         except SQLAlchemyError as exc:
             with contextlib.suppress(SQLAlchemyError):  # a lost connection cannot roll back
                 session.rollback()
+            if _is_transient(exc):
+                raise _TransientStoreError(self._one_line(exc)) from None
             raise StoreError(self._one_line(exc)) from None
         except BaseException:
             session.rollback()
@@ -1223,13 +1336,69 @@ def _optuna_rdb(optuna: Any, url: str, **kwargs: Any) -> Any:
     done against the head revision read once per process: Optuna's own check loads every one
     of its migration scripts on each storage it opens (tens of milliseconds, several times per
     study run). A store whose tables are not at the head gets Optuna's own check and message."""
-    storage = optuna.storages.RDBStorage(url, skip_compatibility_check=True, **kwargs)
+    rdb = _retrying_rdb(optuna)
+    storage = rdb(url, skip_compatibility_check=True, **kwargs)
     if not _OPTUNA_HEAD:
         _OPTUNA_HEAD.append(storage.get_head_version())
     if storage.get_current_version() != _OPTUNA_HEAD[0]:
         storage.engine.dispose()
-        storage = optuna.storages.RDBStorage(url, **kwargs)
+        storage = rdb(url, **kwargs)
     return storage
+
+
+_OPTUNA_CALLS = (
+    "create_new_study",
+    "delete_study",
+    "set_study_user_attr",
+    "set_study_system_attr",
+    "get_study_id_from_name",
+    "get_study_name_from_id",
+    "get_study_directions",
+    "get_study_user_attrs",
+    "get_study_system_attrs",
+    "get_all_studies",
+    "create_new_trial",
+    "set_trial_param",
+    "get_trial_id_from_study_id_trial_number",
+    "get_trial_number_from_id",
+    "get_trial_param",
+    "set_trial_state_values",
+    "set_trial_intermediate_value",
+    "set_trial_user_attr",
+    "set_trial_system_attr",
+    "get_trial",
+    "get_all_trials",
+    "get_n_trials",
+    "get_best_trial",
+    "record_heartbeat",
+)
+"""The RDBStorage calls run again while the store is transiently lost (as :func:`_retried`)."""
+
+
+@functools.cache
+def _retrying_rdb(optuna: Any) -> Any:
+    """Optuna's RDBStorage whose calls are retried while the store is transiently lost (Optuna
+    turns the database's error into StorageInternalError, the cause kept)."""
+    base = optuna.storages.RDBStorage
+
+    def transient(exc: Exception) -> bool:
+        return isinstance(exc, optuna.exceptions.StorageInternalError) and _is_transient(
+            exc.__cause__
+        )
+
+    def retrying(name: str) -> Callable[..., Any]:
+        call = getattr(base, name)
+
+        @functools.wraps(call)
+        def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+            return _with_retry(lambda: call(self, *args, **kwargs), masked_url(self.url), transient)
+
+        return wrapper
+
+    names = {name: retrying(name) for name in _OPTUNA_CALLS if callable(getattr(base, name, None))}
+    cls = type("RetryingRDBStorage", (base,), {"__module__": __name__, **names})
+    globals()["RetryingRDBStorage"] = cls  # found by name, should anything pickle a storage
+    return cls
 
 
 _OPTUNA_SCRIPT: list[Any] = []
@@ -1452,3 +1621,29 @@ def _measurement_record(r: RowMapping) -> MeasurementRecord:
         engine_args=dict(r["engine_args"] or {}),
         env=dict(r["env"] or {}),
     )
+
+
+for _name in (
+    "create_study",
+    "get_study",
+    "list_studies",
+    "delete_study",
+    "set_study_status",
+    "start_trial",
+    "record_engine",
+    "add_measurement",
+    "finish_trial",
+    "abandon_running_trials",
+    "reopen_trial",
+    "trial_measurements",
+    "acquire_lease",
+    "lease_holder",
+    "release_lease",
+    "trials",
+    "measurements",
+    "replace_recommendations",
+    "recommendations",
+    "save_verification",
+    "verifications",
+):
+    setattr(Store, _name, _retried(getattr(Store, _name)))

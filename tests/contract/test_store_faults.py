@@ -561,3 +561,23 @@ def test_sighup_stops_the_run_like_sigterm(store_url: str, tmp_path: Path):
     _, err = resumed.communicate(timeout=240)
     assert resumed.returncode == 0, err
     _same_as_reference(store_url, "hup", ref)
+
+
+def test_a_postgresql_restart_under_a_running_driver_is_retried(postgres_server, tmp_path: Path):
+    """The server restarts (``pg_ctl restart -m fast``: every session cut) while a driver
+    measures: its store and Optuna calls are retried with back-off until the server is back,
+    and the run ends (exit 0) equal to an uninterrupted one, no cell lost or duplicated."""
+    url = postgres_server.url(postgres_server.create_database())
+    ref = _reference(url, tmp_path)
+    api.create_study(Store(url), _study_file(tmp_path, "restart"))
+    proc = _driver(url, "study", "run", "restart", MEASURE_S="0.1")
+    assert proc.stdout is not None
+    while _rows_in_running_trials(url, "restart") < 2:
+        assert proc.stdout.readline(), f"driver ended first: {proc.communicate()}"
+    started = time.monotonic()
+    postgres_server.restart()
+    print(f"\n  restarted in {time.monotonic() - started:.1f} s")
+    _, err = proc.communicate(timeout=240)
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err
+    _same_as_reference(url, "restart", ref)

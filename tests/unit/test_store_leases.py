@@ -318,3 +318,35 @@ def test_a_driver_stopped_inside_a_write_is_one_line_not_database_is_locked(tmp_
     assert "whose lease lapsed" in message and "database is locked" not in message
     assert took < 10, took  # the lease's TTL of watching and a few seconds for the lock
     assert Store(store.url).acquire_lease("s", ttl_s=1.0).token  # the lock gone: taken over
+
+
+def test_a_locked_sqlite_file_is_retried_then_given_up_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """A write lock held past SQLite's busy timeout (here 0.2 s) is retried with back-off: a
+    lock that goes within the retry bound costs a wait; one that stays ends in one line."""
+    import threading
+
+    from autotune.errors import StoreError
+    from autotune.store import store as store_module
+
+    monkeypatch.setattr(store_module, "SQLITE_BUSY_TIMEOUT_MS", 200)
+    store = _store(tmp_path)
+    locker = sqlite3.connect(str(tmp_path / "a.db"), isolation_level=None, check_same_thread=False)
+    locker.execute("BEGIN IMMEDIATE")
+    threading.Timer(1.0, lambda: locker.execute("ROLLBACK")).start()
+    started = time.monotonic()
+    store.set_study_status("s", "running")  # waits out the lock, then writes
+    assert time.monotonic() - started >= 0.9
+    assert store.get_study("s").status != "created"
+    locker.execute("BEGIN IMMEDIATE")
+    monkeypatch.setenv("AUTOTUNE_STORE_RETRY_S", "0.5")
+    try:
+        with pytest.raises(StoreError) as gave_up:
+            store.set_study_status("s", "done")
+    finally:
+        locker.execute("ROLLBACK")
+        locker.close()
+    message = str(gave_up.value)
+    assert "\n" not in message and "stayed unreachable for 0.5 s (database is locked)" in message
+    assert store.get_study("s").status != "done"
