@@ -41,7 +41,7 @@ def display_path(path: Path) -> str:
     """``path`` relative to the working directory where it is under it (how errors name files)."""
     try:
         return str(path.resolve().relative_to(Path.cwd()))
-    except ValueError:
+    except (ValueError, RuntimeError, OSError):  # not under it; a symlink loop (3.11: Runtime)
         return str(path)
 
 
@@ -77,11 +77,15 @@ def spec_error_from(
     for err in exc.errors():
         # Discriminated unions add the tag as a path element ("source.jsonl.path"); keep it,
         # it tells the user which kind was assumed.
-        loc = ".".join(excerpt(p) for p in err["loc"]) or None
+        loc = excerpt(".".join(str(p) for p in err["loc"])) or None
         lines.append((loc, _message(err, model)))
+    # One line: the first error, and how many more. Listing each would quote the file's
+    # content line after line (a file that is not a spec at all, such as /etc/shadow, parses
+    # as a mapping whose keys are its lines).
     first_loc, first_msg = lines[0]
-    rest = [": ".join(p for p in (source, loc, msg) if p) for loc, msg in lines[1:]]
-    return SpecError("\n".join([first_msg, *rest]), source=source, field=first_loc)
+    more = len(lines) - 1
+    tail = f" (and {more} more error{'s' if more != 1 else ''})" if more else ""
+    return SpecError(first_msg + tail, source=source, field=first_loc)
 
 
 def _message(err: Any, model: type[BaseModel] | None) -> str:

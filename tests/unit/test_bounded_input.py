@@ -133,6 +133,16 @@ def _wl_source(kind: str, setup: Callable[[Path], None], path: str = "src.jsonl"
     )
 
 
+def _wl_show(kind: str, setup: Callable[[Path], None]) -> Case:
+    """``workload show`` on a request log (the conversation caps come before any tokenizer)."""
+    wl = f"name: w\nsource: {{kind: {kind}, path: src.jsonl}}\nnum_prompts: 4\n"
+    return Case(
+        ["workload", "show", "{work}/wl.yaml"],
+        _all(_files(wl__yaml=wl), setup),
+        expect="source.path",
+    )
+
+
 def _study_env(model: str, key: str) -> Case:
     text = STUDY.replace("{name: tiny}", f"{{name: {model}, env: {{{key}: /tmp/x}}}}")
     text = text.replace('["{work}/wl.yaml"]', "[math]")
@@ -150,6 +160,15 @@ def _config(value: str, expect: str) -> Case:
 
 
 CHECK = ["check", "--model", "tiny", "--workload", "code", "--config"]
+CONVERSATION_100K = (
+    '{"conversations": ['
+    + ", ".join(
+        f'{{"from": "{"human" if i % 2 == 0 else "gpt"}", "value": "turn {i}"}}'
+        for i in range(100_000)
+    )
+    + "]}\n"
+)
+"""One conversation of 100,000 turns (2.9 MB): its replay used to hang, its memory quadratic."""
 RUN = ["study", "run", "seed"]
 
 CASES: dict[str, Case] = {
@@ -374,6 +393,61 @@ CASES: dict[str, Case] = {
     },
     "env-catalog-consent-LD_PRELOAD": _study_env("kimi", "LD_PRELOAD"),
     "env-catalog-consent-PYTHONPATH": _study_env("kimi", "PYTHONPATH"),
+    # --- issue #33: what still got through ----------------------------------------------------
+    "study-5000-digit-int": Case(
+        ["study", "create", "{work}/s.yaml"],
+        _files(s__yaml=STUDY.replace("concurrency: [1]", "concurrency: [" + "9" * 5000 + "]")),
+        expect="an integer of 5000 digits",
+    ),
+    "config-5000-digit-int": Case(
+        [*CHECK, "{work}/c.json"],
+        _files(c__json='{"method": "ngram", "num_speculative_tokens": ' + "9" * 5000 + "}"),
+        expect="an integer of 5000 digits",
+    ),
+    "config-5000-digit-int-inline": _config(
+        '{"method": "ngram", "num_speculative_tokens": ' + "9" * 5000 + "}",
+        "an integer of 5000 digits",
+    ),
+    "log-5000-digit-int": _wl_source(
+        "chat_jsonl",
+        _files(
+            src__jsonl='{"model": "m", "messages": [{"role": "user", "content": "x"}], '
+            '"max_tokens": ' + "9" * 5000 + "}\n"
+        ),
+    ),
+    "study-symlink-loop": Case(
+        ["study", "create", "{work}/s.yaml"],
+        _all(_link("s.yaml", "t.yaml"), _link("t.yaml", "s.yaml")),
+        expect="symbolic links",
+    ),
+    "config-symlink-loop": Case(
+        [*CHECK, "{work}/c.json"],
+        _all(_link("c.json", "d.json"), _link("d.json", "c.json")),
+        expect="symbolic links",
+    ),
+    "log-symlink-loop": _wl_source(
+        "chat_jsonl", _all(_link("src.jsonl", "t.jsonl"), _link("t.jsonl", "src.jsonl"))
+    ),
+    "study-shadow-like": Case(
+        ["study", "create", "{work}/s.yaml"],
+        _files(s__yaml="".join(f"user{i}:!:20582::::::\n" for i in range(27))),
+        expect="more errors)",
+    ),
+    "log-100000-turns": _wl_show(
+        "conversations",
+        _files(src__jsonl=CONVERSATION_100K),
+    ),
+    "log-history-over-the-token-cap": _wl_show(
+        "conversations",
+        _files(
+            src__jsonl='{"conversations": ['
+            + ", ".join(
+                f'{{"from": "{"human" if i % 2 == 0 else "gpt"}", "value": "{"x" * 40_000}"}}'
+                for i in range(8)
+            )
+            + "]}\n"
+        ),
+    ),
 }
 
 STATS: Counter[str] = Counter()
