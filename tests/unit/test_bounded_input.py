@@ -391,6 +391,31 @@ CASES: dict[str, Case] = {
             "VLLM_LOGGING_CONFIG_PATH",
         )
     },
+    # --- issue #33: code named by engine args, secrets and checkpoint sources ------------------
+    **{f"env-{key}": _study_env("tiny", key) for key in ("HF_ENDPOINT", "HF_HUB_CACHE")},
+    "env-secret-S3_SECRET_ACCESS_KEY": _study_env("tiny", "S3_SECRET_ACCESS_KEY"),
+    "env-secret-with-consent": Case(
+        ["study", "create", "{work}/study.yaml"],
+        _files(
+            study__yaml="trust_remote_code: true\n"
+            + STUDY.replace("{name: tiny}", "{name: tiny, env: {HF_TOKEN: hf_x}}").replace(
+                '["{work}/wl.yaml"]', "[math]"
+            )
+        ),
+        expect="HF_TOKEN looks like a secret",
+    ),
+    **{
+        f"engine-arg-{key}": Case(
+            ["study", "create", "{work}/study.yaml"],
+            _files(
+                study__yaml=STUDY.replace(
+                    "{name: tiny}", f"{{name: tiny, engine_args: {{{key}: evil.Mod}}}}"
+                ).replace('["{work}/wl.yaml"]', "[math]")
+            ),
+            expect=f"model.engine_args.{key}: names code",
+        )
+        for key in ("worker_cls", "logits_processors", "reasoning_parser_plugin")
+    },
     "env-catalog-consent-LD_PRELOAD": _study_env("kimi", "LD_PRELOAD"),
     "env-catalog-consent-PYTHONPATH": _study_env("kimi", "PYTHONPATH"),
     # --- issue #33: what still got through ----------------------------------------------------
@@ -408,7 +433,7 @@ CASES: dict[str, Case] = {
         '{"method": "ngram", "num_speculative_tokens": ' + "9" * 5000 + "}",
         "an integer of 5000 digits",
     ),
-    "log-5000-digit-int": _wl_source(
+    "log-5000-digit-int": _wl_show(
         "chat_jsonl",
         _files(
             src__jsonl='{"model": "m", "messages": [{"role": "user", "content": "x"}], '
