@@ -9,6 +9,16 @@ class AutotuneError(Exception):
     exit_code = 1
 
 
+MAX_ERROR_CHARS = 400
+"""Longest SpecError line: whatever a message quotes from a file, the error stays one short line
+(and quotes no more of the file than that)."""
+
+
+def _short_line(text: str) -> str:
+    flat = "".join(c if c.isprintable() else " " if c in "\n\r\t" else "?" for c in text)
+    return flat if len(flat) <= MAX_ERROR_CHARS else flat[: MAX_ERROR_CHARS - 3] + "..."
+
+
 class SpecError(AutotuneError):
     """Bad user input (a YAML file, a flag, a name): exit code 2, nothing written.
 
@@ -23,7 +33,7 @@ class SpecError(AutotuneError):
         self.field = field
         self.reason = message
         parts = [p for p in (source, field) if p]
-        super().__init__(": ".join([*parts, message]))
+        super().__init__(_short_line(": ".join([*parts, message])))
 
 
 class NotFoundError(AutotuneError):

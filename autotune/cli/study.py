@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import shlex
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -496,13 +497,15 @@ def _run(
         db = f"--db {shlex.quote(store.shown_url)} " if ctx.db else ""  # password masked
         # Ray may re-raise the interrupt as a plain KeyboardInterrupt: the handler's flag says.
         sigterm = isinstance(exc, Terminated) or bool(terminated)
-        why = "SIGTERM" if sigterm else "Ctrl-C"
-        click.echo(
-            f"autotune: interrupted ({why}): study {name!r} and its running trials are marked "
-            f"interrupted; go on with: autotune {db}study resume {shlex.quote(name)}",
-            err=True,
-        )
-        raise click.exceptions.Exit(143 if sigterm else 130) from None
+        hangup = signal.SIGHUP in terminated  # a closed terminal, a killed tmux
+        why = "SIGHUP" if hangup else "SIGTERM" if sigterm else "Ctrl-C"
+        with contextlib.suppress(OSError):  # after SIGHUP the terminal may be gone
+            click.echo(
+                f"autotune: interrupted ({why}): study {name!r} and its running trials are marked "
+                f"interrupted; go on with: autotune {db}study resume {shlex.quote(name)}",
+                err=True,
+            )
+        raise click.exceptions.Exit(129 if hangup else 143 if sigterm else 130) from None
     if summary.baseline_failure is not None:
         from autotune.errors import AutotuneError
 
@@ -583,8 +586,9 @@ class Terminated(KeyboardInterrupt):
 
 @contextlib.contextmanager
 def stop_on_signals() -> Iterator[list[int]]:
-    """Make SIGTERM and SIGINT stop the run while the block runs, whatever the process
-    inherited: SIGTERM (what timeout, Slurm and Kubernetes send) raises :class:`Terminated`
+    """Make SIGTERM, SIGHUP and SIGINT stop the run while the block runs, whatever the process
+    inherited: SIGTERM (what timeout, Slurm and Kubernetes send) and SIGHUP (a closed terminal,
+    a killed tmux) raise :class:`Terminated`
     and is noted in the list it yields; SIGINT (Ctrl-C) raises KeyboardInterrupt. Both unwind
     through the tuner's cleanup. The Ray pool keeps the SIGTERM handler over Ray's own
     (autotune.cluster.ray_pool), which would print a C++ stack dump.
@@ -594,7 +598,6 @@ def stop_on_signals() -> Iterator[list[int]]:
     ignored, and a driver started that way ignored Ctrl-C to its process group and ran its
     study to the end (exit 0). ``study run`` is stopped on request however it was started,
     as it already was for SIGTERM."""
-    import signal
     import threading
 
     received: list[int] = []
@@ -603,18 +606,23 @@ def stop_on_signals() -> Iterator[list[int]]:
         return
 
     def raise_terminated(signum: int, frame: Any) -> None:
-        # Once is enough: a second SIGTERM during the cleanup must not cut it short.
+        # Once is enough: a second SIGTERM (or SIGHUP) during the cleanup must not cut it short.
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
         received.append(signum)
         raise Terminated()
 
     previous = signal.signal(signal.SIGTERM, raise_terminated)
     previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
+    # SIGHUP (the terminal closed, tmux killed) stops the run as SIGTERM does: its default
+    # killed the driver at once, leaving the study "running" until the lease lapsed.
+    previous_hup = signal.signal(signal.SIGHUP, raise_terminated)
     try:
         yield received
     finally:
         signal.signal(signal.SIGTERM, previous)
         signal.signal(signal.SIGINT, previous_int)
+        signal.signal(signal.SIGHUP, previous_hup)
 
 
 def quiet_libraries() -> None:

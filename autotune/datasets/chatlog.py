@@ -46,13 +46,21 @@ from autotune.datasets._base import (
 from autotune.datasets.sharegpt import ASSISTANT_ROLES, HUMAN_ROLES, reply_length
 from autotune.engine._base import ChatMessage, flatten_messages
 from autotune.errors import SpecError
-from autotune.spec.reading import MAX_DEPTH, json_depth_error
+from autotune.spec.reading import MAX_DEPTH, json_depth_error, json_loads
 from autotune.spec.workload import (
     ChatJsonlSource,
     ConversationsSource,
     OpenAIBatchSource,
     _ChatLogSource,
 )
+
+MAX_CONVERSATION_TURNS = 1000
+"""Most turns in one conversation record (every assistant turn replays the whole history
+before it, so a record's prompts grow with the square of its turns)."""
+MAX_HISTORY_TOKENS = 32_768
+"""Most tokens in the history a replayed turn sends, estimated at 4 characters per token (the
+longest contexts served are 128k tokens; a 32k-token prompt per turn already makes a record of
+500 answered turns a 64 MB workload)."""
 
 CHAT_URL = "/v1/chat/completions"
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
@@ -135,7 +143,7 @@ def iter_records(
             continue
         where = _Where(path.name, lineno)
         try:
-            yield where, json.loads(line)
+            yield where, json_loads(line)
         except json.JSONDecodeError as e:
             raise ctx.error(f"{where}: not valid JSON ({e.msg})", field_name) from None
 
@@ -373,9 +381,16 @@ def _history(record: object, where: _Where, ctx: LoadContext) -> list[ChatMessag
     """A conversation record's turns as (role, content), ShareGPT roles mapped to chat ones."""
     if not isinstance(record, dict):
         raise ctx.error(f"{where}: expected a JSON object", "source.path")
-    if "messages" in record:
-        return _messages(record["messages"], where, "messages", ctx)
-    turns = record.get("conversations")
+    name = "messages" if "messages" in record else "conversations"
+    turns = record.get(name)
+    if isinstance(turns, list) and len(turns) > MAX_CONVERSATION_TURNS:
+        raise ctx.error(
+            f"{where}: {name}: {len(turns):,} turns, more than {MAX_CONVERSATION_TURNS:,} in one "
+            "conversation (split it into several records)",
+            "source.path",
+        )
+    if name == "messages":
+        return _messages(turns, where, "messages", ctx)
     if not isinstance(turns, list) or not turns:
         raise ctx.error(
             f"{where}: conversations: expected a non-empty list of turns (or a messages list)",
@@ -411,11 +426,21 @@ def _conversation_requests(source: ConversationsSource, ctx: LoadContext) -> lis
     for where, record in iter_records(path, ctx):
         history = _history(record, where, ctx)
         replayed = 0
+        chars = 0  # of history[:j], kept as it grows: one pass over the record
         for j, (role, reply) in enumerate(history):
+            if j:
+                chars += len(history[j - 1][1])
             if role != "assistant" or j == 0 or history[j - 1][0] == "assistant":
                 continue  # an opening or repeated assistant turn answers no user turn
             if source.max_turns is not None and replayed >= source.max_turns:
                 break
+            if chars > 4 * MAX_HISTORY_TOKENS:
+                raise ctx.error(
+                    f"{where}: turn {j}: the history before it holds about {chars // 4:,} "
+                    f"tokens, more than {MAX_HISTORY_TOKENS:,} (4 characters a token); cap the "
+                    "conversations replayed with source.max_turns or shorten them",
+                    "source.path",
+                )
             request = _Request(where, tuple(history[:j]), logged_reply=reply)
             requests.append(request)
             replayed += 1

@@ -13,7 +13,7 @@ from autotune.datasets._base import (
     one_line,
     parse_max_tokens,
 )
-from autotune.spec.reading import MAX_DEPTH, json_depth_error
+from autotune.spec.reading import MAX_DEPTH, json_depth_error, json_loads
 from autotune.spec.workload import CsvSource, InlineSource, JsonlSource
 
 
@@ -78,7 +78,7 @@ def load_jsonl(source: JsonlSource, ctx: LoadContext) -> list[Candidate]:
                         f"{where}: nested deeper than {MAX_DEPTH} levels", "source.path"
                     )
                 try:
-                    row = json.loads(line)
+                    row = json_loads(line)
                 except json.JSONDecodeError as e:
                     raise ctx.error(f"{where}: not valid JSON ({e.msg})", "source.path") from None
                 if not isinstance(row, dict):

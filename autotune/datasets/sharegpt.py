@@ -28,6 +28,7 @@ from autotune.datasets._base import (
     one_line,
     select_indices,
 )
+from autotune.spec.reading import json_loads
 from autotune.spec.workload import ShareGPTSource
 
 log = logging.getLogger(__name__)
@@ -231,7 +232,7 @@ def read_exchanges(
             f.seek(index.offsets[i])
             blob = f.read(index.lengths[i])
             try:
-                exchange = first_exchange(json.loads(blob))
+                exchange = first_exchange(json_loads(blob))
             except ValueError:
                 exchange = None
             if exchange is None or len(exchange[0]) != index.prompt_chars[i]:

@@ -67,18 +67,18 @@ def parse_config_text(text: str, source: str) -> dict[str, Any] | None:
     Parsing is bounded (depth, no YAML aliases) and the config is checked by the rules
     ``study create`` applies (:func:`check_config`).
     """
-    from autotune.spec.reading import MAX_DEPTH, json_depth_error
+    from autotune.spec.reading import MAX_DEPTH, json_depth_error, json_loads
     from autotune.spec.reading import load_yaml as parse_yaml
 
     if text.lstrip().startswith(("[", "{")) and json_depth_error(text) is not None:
         raise SpecError(f"invalid JSON: nested deeper than {MAX_DEPTH} levels", source=source)
     try:
-        data = json.loads(text)
+        data = json_loads(text)
     except json.JSONDecodeError as json_exc:
         try:
             data = parse_yaml(text, source)
         except SpecError as yaml_exc:
-            if "aliases" in yaml_exc.reason or "nested" in yaml_exc.reason:
+            if any(w in yaml_exc.reason for w in ("aliases", "nested", "an integer of")):
                 raise
             raise SpecError(
                 f"neither JSON nor YAML: {json_exc.msg}",

@@ -41,7 +41,7 @@ def display_path(path: Path) -> str:
     """``path`` relative to the working directory where it is under it (how errors name files)."""
     try:
         return str(path.resolve().relative_to(Path.cwd()))
-    except ValueError:
+    except (ValueError, RuntimeError, OSError):  # not under it; a symlink loop (3.11: Runtime)
         return str(path)
 
 
@@ -77,11 +77,15 @@ def spec_error_from(
     for err in exc.errors():
         # Discriminated unions add the tag as a path element ("source.jsonl.path"); keep it,
         # it tells the user which kind was assumed.
-        loc = ".".join(excerpt(p) for p in err["loc"]) or None
+        loc = excerpt(".".join(str(p) for p in err["loc"])) or None
         lines.append((loc, _message(err, model)))
+    # One line: the first error, and how many more. Listing each would quote the file's
+    # content line after line (a file that is not a spec at all, such as /etc/shadow, parses
+    # as a mapping whose keys are its lines).
     first_loc, first_msg = lines[0]
-    rest = [": ".join(p for p in (source, loc, msg) if p) for loc, msg in lines[1:]]
-    return SpecError("\n".join([first_msg, *rest]), source=source, field=first_loc)
+    more = len(lines) - 1
+    tail = f" (and {more} more error{'s' if more != 1 else ''})" if more else ""
+    return SpecError(first_msg + tail, source=source, field=first_loc)
 
 
 def _message(err: Any, model: type[BaseModel] | None) -> str:
@@ -305,7 +309,7 @@ def resolve_study(
     tp = spec.model.tensor_parallel_size or (
         _catalog_tp(entry.tensor_parallel_size, platform, engine) if entry else 1
     )
-    check_engine_args(spec.model.engine_args, source, engine)
+    check_engine_args(spec.model.engine_args, source, engine, trusted=spec.trust_remote_code)
     trust, trust_by = _trust_remote_code(spec, alias, entry)
     # The environment needs the study's own consent: the catalog's covers the model's code only.
     check_env(spec.model.env, source, trusted=spec.trust_remote_code, engine=engine)
@@ -499,8 +503,49 @@ def _check_context_lengths(
 MAX_ENGINE_ARGS_JSON = 64 * 1024
 """Largest ``model.engine_args`` (as JSON) a study may hold: it is stored with every row."""
 
+CODE_ENGINE_ARGS = frozenset(
+    {
+        # typed ``type[...]`` in vLLM's EngineArgs: a class, given as its import path
+        "distributed_executor_backend",
+        "scheduler_cls",
+        "logits_processors",
+        # ``*_cls``: a class by its qualified name, imported in every worker
+        "worker_cls",
+        "worker_extension_cls",
+        # ``*_plugin``: a module or file imported to register a parser or processor
+        "reasoning_parser_plugin",
+        "io_processor_plugin",
+        # mappings whose values name code: architecture -> model class; the KV connector's
+        # ``kv_connector_module_path``
+        "model_class_overrides",
+        "kv_transfer_config",
+    }
+)
+"""``model.engine_args`` of vLLM 0.32's ``EngineArgs`` (``vllm/engine/arg_utils.py``) that make
+the engine import code named by the study: a field typed ``type[...]``, one named ``*_cls`` or
+``*_plugin``, and the mappings that name classes or modules. They need the study's consent
+(``trust_remote_code: true``); ``tests/unit/test_spec_consent.py`` derives the list from the
+installed vLLM by those rules and pins it."""
+
+SECRET_ENGINE_ARGS = frozenset({"hf_token"})
+"""Engine args whose string value is a credential: never stored (``true`` uses the login's)."""
+
+_SECRET_NAME = re.compile(r"SECRET|PASSWORD|PASSWD|CREDENTIAL|(^|_)(TOKEN|KEY)$|_TOKEN_|_KEY_")
+"""Names of environment variables that hold secrets (``HF_TOKEN``, ``S3_SECRET_ACCESS_KEY``,
+``OPENAI_API_KEY``, ``PGPASSWORD``)."""
+
+
+def secret_name(name: str) -> bool:
+    """Whether an environment variable's name says it holds a secret."""
+    return bool(_SECRET_NAME.search(name.upper()))
+
+
 CODE_LOADING_ENV = frozenset(
     {
+        # where checkpoints (and the code that comes with them) are fetched from or found
+        "HF_ENDPOINT",
+        "HF_HUB_CACHE",
+        "HF_HOME",
         "LD_PRELOAD",
         "LD_AUDIT",
         "LD_LIBRARY_PATH",
@@ -584,8 +629,6 @@ SAFE_ENV = frozenset(
         "GLOO_SOCKET_IFNAME",
         "TORCH_NCCL_ASYNC_ERROR_HANDLING",
         # Hugging Face: where checkpoints are and whether to download
-        "HF_HOME",
-        "HF_HUB_CACHE",
         "HF_HUB_OFFLINE",
         "HF_DATASETS_OFFLINE",
         "HF_HUB_DISABLE_PROGRESS_BARS",
@@ -593,7 +636,6 @@ SAFE_ENV = frozenset(
         "HF_HUB_ENABLE_HF_TRANSFER",
         "HF_HUB_DOWNLOAD_TIMEOUT",
         "HF_HUB_ETAG_TIMEOUT",
-        "HF_ENDPOINT",
         "TRANSFORMERS_OFFLINE",
         "TRANSFORMERS_VERBOSITY",
         # logging, locale, time
@@ -619,14 +661,36 @@ def safe_env(name: str, engine: EngineFacts | None = None) -> bool:
     return name in SAFE_ENV or name in known()
 
 
-def check_engine_args(args: dict[str, Any], source: str, engine: EngineFacts | None = None) -> None:
+def check_engine_args(
+    args: dict[str, Any],
+    source: str,
+    engine: EngineFacts | None = None,
+    *,
+    trusted: bool = False,
+) -> None:
     """Refuse engine args autotune sets itself, ``trust_remote_code`` (a top-level consent),
-    values that are not plain JSON, and names that are not fields of vLLM's ``EngineArgs``
-    (as ``engine`` knows them)."""
+    args that name code to import (:data:`CODE_ENGINE_ARGS`) unless ``trusted`` (the study's
+    ``trust_remote_code: true``), a credential (:data:`SECRET_ENGINE_ARGS`: it would be
+    stored with every row), values that are not plain JSON, and names that are not fields of
+    vLLM's ``EngineArgs`` (as ``engine`` knows them)."""
     engine = engine if engine is not None else EngineFacts()
     reserved = engine.reserved_engine_args
     for key, value in args.items():
-        field = f"model.engine_args.{key}"
+        field = f"model.engine_args.{excerpt(key)}"
+        if key in CODE_ENGINE_ARGS and not trusted:
+            raise SpecError(
+                "names code for the engine to import; set trust_remote_code: true at the top "
+                "level of the study to allow it",
+                source=source,
+                field=field,
+            )
+        if key in SECRET_ENGINE_ARGS and isinstance(value, str):
+            raise SpecError(
+                "a credential: autotune stores engine args with every measurement; log in "
+                "(huggingface-cli login) or export HF_TOKEN where the engine runs instead",
+                source=source,
+                field=field,
+            )
         if key in reserved:
             raise SpecError(f"set by autotune itself ({reserved[key]})", source=source, field=field)
         if key == "trust_remote_code":
@@ -685,6 +749,13 @@ def check_env(
             )
         if "\x00" in value:
             raise SpecError("NUL byte in the value", source=source, field=f"model.env.{key}")
+        if secret_name(key):  # consent or not: the study's env is stored with every row
+            raise SpecError(
+                f"{excerpt(key)} looks like a secret, and a study's env is stored with every "
+                "measurement; export it in the environment the engine runs in instead",
+                source=source,
+                field=f"model.env.{excerpt(key)}",
+            )
         if trusted or safe_env(key, engine):
             continue
         why = (

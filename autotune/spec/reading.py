@@ -13,6 +13,8 @@ Every file autotune reads on a user's behalf (study and workload YAML, landscape
 - JSON and YAML nested at most :data:`MAX_DEPTH` levels (Python's parsers recurse, and a
   60,000-deep document is a ``RecursionError``); YAML without aliases (``*name``: a few
   hundred bytes of nested aliases expand to gigabytes) and without duplicate keys;
+- integers of at most :data:`MAX_INT_DIGITS` digits (Python's own limit, 4,300, is a
+  ValueError deep inside the parser);
 - error lines quote at most :data:`EXCERPT_CHARS` characters of what the user gave.
 
 Each problem is one :class:`autotune.errors.SpecError` line (exit 2).
@@ -45,6 +47,9 @@ MAX_DEPTH = 64
 """Deepest nesting of JSON arrays/objects and YAML collections (specs need fewer than 10)."""
 EXCERPT_CHARS = 80
 """Most characters of user input an error line quotes."""
+MAX_INT_DIGITS = 100
+"""Longest integer literal in a JSON or YAML document (Python refuses to convert one of more
+than 4,300 digits with a ValueError; no spec field needs more than 20)."""
 
 
 def excerpt(text: object, limit: int = EXCERPT_CHARS) -> str:
@@ -235,6 +240,26 @@ def json_depth_error(text: str, limit: int = MAX_DEPTH) -> int | None:
     return None
 
 
+def _bounded_int(literal: str) -> int:
+    digits = len(literal.lstrip("-"))
+    if digits > MAX_INT_DIGITS:
+        raise _LongInteger(f"an integer of {digits} digits (at most {MAX_INT_DIGITS})")
+    return int(literal)
+
+
+class _LongInteger(ValueError):
+    pass
+
+
+def json_loads(text: str | bytes) -> Any:
+    """``json.loads`` with integers of at most :data:`MAX_INT_DIGITS` digits: a longer one is
+    a ``json.JSONDecodeError`` (which every reader already turns into its one-line error)."""
+    try:
+        return json.loads(text, parse_int=_bounded_int)
+    except _LongInteger as exc:
+        raise json.JSONDecodeError(str(exc), "", 0) from None
+
+
 def load_json(text: str, source: str) -> Any:
     """``json.loads`` with the depth cap; errors name the line and column."""
     where = json_depth_error(text)
@@ -246,7 +271,7 @@ def load_json(text: str, source: str) -> Any:
             field=f"line {line}",
         )
     try:
-        return json.loads(text)
+        return json_loads(text)
     except json.JSONDecodeError as exc:
         raise SpecError(
             f"invalid JSON: {exc.msg}",
@@ -303,6 +328,20 @@ class SafeLoader(yaml.SafeLoader):
                         None, None, f"duplicate key {excerpt(repr(key))}", key_node.start_mark
                     )
         return super().construct_mapping(node, deep=deep)
+
+    def construct_yaml_int(self, node: Any) -> Any:
+        digits = len(str(node.value).replace("_", "").lstrip("+-"))
+        if digits > MAX_INT_DIGITS:
+            raise yaml.constructor.ConstructorError(
+                None,
+                None,
+                f"an integer of {digits} digits (at most {MAX_INT_DIGITS})",
+                node.start_mark,
+            )
+        return super().construct_yaml_int(node)
+
+
+SafeLoader.add_constructor("tag:yaml.org,2002:int", SafeLoader.construct_yaml_int)
 
 
 def load_yaml(text: str, source: str) -> Any:

@@ -30,7 +30,7 @@ from sqlalchemy import Connection, insert, inspect, select, text, update
 from autotune.errors import StoreError
 from autotune.store.tables import Base, MetaRow
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 """The newest revision's number (a unit test keeps it equal to Alembic's head)."""
 
 VERSION_TABLE = "autotune_alembic_version"

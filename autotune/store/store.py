@@ -40,7 +40,13 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.engine import CursorResult, RowMapping, make_url
-from sqlalchemy.exc import ArgumentError, SQLAlchemyError
+from sqlalchemy.exc import (
+    ArgumentError,
+    DBAPIError,
+    InterfaceError,
+    OperationalError,
+    SQLAlchemyError,
+)
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.sql.elements import ColumnElement
 
@@ -76,6 +82,110 @@ from autotune.store.tables import (
 from autotune.store.urls import masked_url, scrub
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
+
+STORE_RETRY_S = 60.0
+"""How long a transient loss of the store (a PostgreSQL restart, a SQLite file locked past its
+busy timeout) is retried, with back-off, before the run gives up in one line; the environment's
+``AUTOTUNE_STORE_RETRY_S`` sets another bound (0: no retry)."""
+
+_TRANSIENT = (
+    "database is locked",
+    "server closed the connection",
+    "connection refused",
+    "terminating connection",
+    "could not connect",
+    "connection is closed",
+    "the database system is",
+    "consuming input failed",
+    "connection timed out",
+    "no connection to the server",
+    "connection reset",
+    "connection not open",
+    "closed the connection unexpectedly",
+    "server conn crashed",
+)
+"""What a database driver says when the server went away for a while or a lock is held: worth
+another try. Anything else (a refused login, a database that accepts no connections, a full
+disk, a constraint) fails at once."""
+
+
+def _is_transient(exc: BaseException | None) -> bool:
+    if isinstance(exc, DBAPIError) and exc.connection_invalidated:
+        return True
+    if not isinstance(exc, OperationalError | InterfaceError):
+        return False
+    said = str(getattr(exc, "orig", None) or exc).lower()
+    return any(t in said for t in _TRANSIENT)
+
+
+class _TransientStoreError(StoreError):
+    """A store operation failed for a reason that may pass (see :func:`_is_transient`)."""
+
+
+def store_retry_s() -> float:
+    """The retry bound: ``AUTOTUNE_STORE_RETRY_S`` or :data:`STORE_RETRY_S`."""
+    raw = os.environ.get("AUTOTUNE_STORE_RETRY_S", "")
+    try:
+        value = float(raw) if raw.strip() else STORE_RETRY_S
+    except ValueError:
+        raise SpecError(
+            f"not a number of seconds: {raw[:40]!r}", source="AUTOTUNE_STORE_RETRY_S"
+        ) from None
+    if not math.isfinite(value) or not 0 <= value <= 3600:
+        raise SpecError("must be between 0 and 3600 seconds", source="AUTOTUNE_STORE_RETRY_S")
+    return value
+
+
+_RETRYING = threading.local()
+"""Set while a retried call runs in this thread: the calls inside it do not retry again."""
+
+
+def _with_retry(
+    call: Callable[[], Any], shown_url: str, transient: Callable[[Exception], bool]
+) -> Any:
+    """Run ``call``, again with back-off (0.1 s doubling to 2 s) while it fails transiently,
+    for :func:`store_retry_s` at most; then a StoreError in one line."""
+    if getattr(_RETRYING, "active", False):
+        return call()
+    bound = store_retry_s()
+    deadline = time.monotonic() + bound
+    delay = 0.1
+    _RETRYING.active = True
+    try:
+        while True:
+            try:
+                return call()
+            except Exception as exc:
+                if not transient(exc):
+                    raise
+                if time.monotonic() + delay > deadline:
+                    raise StoreError(
+                        f"the store {shown_url} stayed unreachable for {bound:g} s "
+                        f"({_one_line(exc)[:200]}); gave up (AUTOTUNE_STORE_RETRY_S sets how long "
+                        "to retry)"
+                    ) from None
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
+    finally:
+        _RETRYING.active = False
+
+
+def _retried(method: Callable[..., Any]) -> Callable[..., Any]:
+    """A Store method whose transaction is run again while the store is transiently lost."""
+
+    @functools.wraps(method)
+    def wrapper(self: Store, *args: Any, **kwargs: Any) -> Any:
+        return _with_retry(
+            lambda: method(self, *args, **kwargs),
+            self.shown_url,
+            lambda exc: isinstance(exc, _TransientStoreError),
+        )
+
+    return wrapper
+
+
+LEASE_LOCK_WAIT_MS = 3_000
+"""How long a lease write waits for SQLite's write lock before saying who holds it."""
 
 
 LEASE_TTL_S = 60.0
@@ -145,7 +255,7 @@ def _fence_statement(conn: Session | Any, lease: Lease) -> bool:
 
 @functools.cache
 def _touch_lease(dialect: str) -> Update:
-    """The fence's UPDATE, built once per dialect (it runs before every write a driver makes;
+    """The fence's UPDATE (it counts a heartbeat), built once per dialect (it runs before every write a driver makes;
     building it anew each time was a third of its cost); the lease comes as parameters. On the
     table (Core), not the ORM class: the ORM's bulk UPDATE would also look for the lease row in
     the session to synchronize it, which nothing here needs."""
@@ -156,7 +266,7 @@ def _touch_lease(dialect: str) -> Update:
             lease.c.study_name == bindparam("lease_study"),
             lease.c.token == bindparam("lease_token"),
         )
-        .values(heartbeat_at=db_now(dialect))
+        .values(beat=lease.c.beat + 1)
     )
 
 
@@ -243,7 +353,9 @@ class Store:
                         source="--db",
                     ) from None
             try:
-                engine = create_engine(self.url)
+                # A server restarted under a running driver leaves the pool's connections dead:
+                # each is checked before use (SQLite files have no server to lose).
+                engine = create_engine(self.url, pool_pre_ping=path is None)
             except (SQLAlchemyError, ImportError, ValueError, TypeError) as exc:
                 raise SpecError(
                     f"cannot open {self.shown_url}: {self._one_line(exc)}", source="--db"
@@ -277,6 +389,8 @@ class Store:
 
         if self.url.startswith("sqlite"):
             kwargs.setdefault("engine_kwargs", {"connect_args": {"timeout": 30}})
+        else:
+            kwargs.setdefault("engine_kwargs", {"pool_pre_ping": True})
         self.ensure_optuna_schema()
         kwargs.setdefault("skip_table_creation", True)  # they exist: just ensured
         storage = _optuna_rdb(optuna, self.url, **kwargs)
@@ -338,6 +452,8 @@ class Store:
         except SQLAlchemyError as exc:
             with contextlib.suppress(SQLAlchemyError):  # a lost connection cannot roll back
                 session.rollback()
+            if _is_transient(exc):
+                raise _TransientStoreError(self._one_line(exc)) from None
             raise StoreError(self._one_line(exc)) from None
         except BaseException:
             session.rollback()
@@ -622,66 +738,167 @@ class Store:
     # this process's: a client whose clock runs ahead or behind cannot steal a live lease or
     # keep a dead one.
 
-    def acquire_lease(self, study: str, ttl_s: float = LEASE_TTL_S) -> Lease:
+    def acquire_lease(
+        self,
+        study: str,
+        ttl_s: float = LEASE_TTL_S,
+        on_watch: Callable[[str], None] | None = None,
+    ) -> Lease:
         """Take the study's lease, or raise StudyBusyError naming the live driver that holds it.
 
-        Atomic on SQLite and PostgreSQL alike: an expired row is taken over with one
-        conditional UPDATE, a missing one is created by an INSERT the primary key serializes.
-        A takeover changes the row's token, so the previous holder's next write (fenced by
-        its token, :meth:`_driver_write`) fails and its heartbeat learns that it lost.
+        Atomic on SQLite and PostgreSQL alike: a lapsed row is taken over with one UPDATE
+        conditional on the token and heartbeat count read (compare and swap), a missing one is
+        created by an INSERT the primary key serializes. A takeover changes the row's token, so
+        the previous holder's next write (fenced by its token, :meth:`_driver_write`) fails and
+        its heartbeat learns that it lost.
+
+        On SQLite the database's clock is each client's own (SQLite computes ``'now'`` in the
+        calling process): a lease that lapsed by this process's clock is taken over only once
+        its heartbeat count stood still for its whole TTL on this process's monotonic clock,
+        so a client clock off by any amount evicts no live driver (``on_watch`` hears of the
+        wait). A driver on the same machine and in the same PID namespace whose PID is gone
+        (kill -9, OOM) is taken over at once.
         """
         check_lease_ttl(ttl_s)
         self._connect()
+        me = driver_identity()
         for _ in range(3):
             token = uuid.uuid4().hex
-            pid, host = os.getpid(), socket.gethostname()[:256]
-            with self.session() as s:
-                dialect = _dialect(s)
-                now = db_now(dialect)
-                values: dict[str, Any] = {
-                    "token": token,
-                    "pid": pid,
-                    "host": host,
-                    "acquired_at": now,
-                    "heartbeat_at": now,
-                    "expires_at": db_now(dialect, ttl_s),
-                }
-                taken = s.execute(
-                    update(LeaseRow)
-                    .where(LeaseRow.study_name == study, LeaseRow.expires_at < now)
-                    .values(**values)
-                )
-                took = getattr(taken, "rowcount", 0) == 1
-            if not took:
-                try:
-                    with self.session() as s:
-                        s.execute(insert(LeaseRow).values(study_name=study, **values))
-                    took = True
-                except StoreError:
-                    pass  # someone holds it (or just took it): report them
-            if took:
-                with self.session() as s:
-                    row = s.get(LeaseRow, study)
-                    acquired = _aware(row.acquired_at) if row is not None else utcnow()
-                return Lease(study, token, pid, host, acquired, ttl_s)
-            holder = self.lease_holder(study)
-            if holder is not None and holder.host == host and not _pid_alive(holder.pid):
-                # A driver on this host that was killed (kill -9, OOM): no need to wait for
-                # its lease to lapse. Expire it and try again.
-                with self.session() as s:
-                    s.execute(
-                        update(LeaseRow)
-                        .where(LeaseRow.study_name == study, LeaseRow.token == holder.token)
-                        .values(expires_at=db_now(_dialect(s), -1.0))
+            holder = self._lease_row(study)
+            if holder is None:
+                if self._insert_lease(study, token, ttl_s, me):
+                    return self._held(study, token, ttl_s, me)
+                continue  # someone just took it: read who
+            # A killed driver of this machine and PID namespace: no need to wait for its lease.
+            dead_here = same_pid_space(holder, me) and not _pid_alive(holder.pid)
+            if holder.lapsed or dead_here:
+                if (
+                    self._dialect_name() == "sqlite"
+                    and not (holder.marked_expired or dead_here)
+                    and self._still_beating(holder, on_watch)
+                ):
+                    raise StudyBusyError(
+                        f"{_busy_message(study, holder)}; its heartbeat goes on although its "
+                        "lease lapsed by this host's clock (the two clocks differ)"
                     )
-                continue
-            if holder is not None:
-                raise StudyBusyError(
-                    f"study {study!r} is being run by PID {holder.pid} on {holder.host} since "
-                    f"{holder.acquired_at:%Y-%m-%d %H:%M:%S} UTC (lease renewed until "
-                    f"{holder.expires_at:%H:%M:%S} UTC); `study run/resume --wait` waits for it"
-                )
+                if self._take_over(study, holder, token, ttl_s, me):
+                    return self._held(study, token, ttl_s, me)
+                continue  # another driver was quicker (or the holder beat): read again
+            raise StudyBusyError(_busy_message(study, holder))
         raise StoreError(f"could not take the lease of study {study!r}")
+
+    def _dialect_name(self) -> str:
+        assert self._engine is not None
+        return self._engine.dialect.name
+
+    def _lease_values(
+        self, dialect: str, token: str, ttl_s: float, me: DriverIdentity
+    ) -> dict[str, Any]:
+        now = db_now(dialect)
+        return {
+            "token": token,
+            "pid": me.pid,
+            "host": me.host,
+            "driver_id": me.driver_id,
+            "pid_ns": me.pid_ns,
+            "boot_id": me.boot_id,
+            "beat": 0,
+            "acquired_at": now,
+            "heartbeat_at": now,
+            "expires_at": db_now(dialect, ttl_s),
+        }
+
+    def _insert_lease(self, study: str, token: str, ttl_s: float, me: DriverIdentity) -> bool:
+        try:
+            with self._lease_write(study, None) as s:
+                values = self._lease_values(_dialect(s), token, ttl_s, me)
+                s.execute(insert(LeaseRow).values(study_name=study, **values))
+        except StoreError as exc:
+            if isinstance(exc, StudyBusyError):
+                raise
+            return False  # the primary key: someone holds it (or just took it)
+        return True
+
+    def _take_over(
+        self, study: str, holder: LeaseHolder, token: str, ttl_s: float, me: DriverIdentity
+    ) -> bool:
+        """The compare and swap: the row as read (same token, same heartbeat count) becomes
+        ours; False when it changed in between."""
+        with self._lease_write(study, holder) as s:
+            res = s.execute(
+                update(LeaseRow)
+                .where(
+                    LeaseRow.study_name == study,
+                    LeaseRow.token == holder.token,
+                    LeaseRow.beat == holder.beat,
+                )
+                .values(**self._lease_values(_dialect(s), token, ttl_s, me))
+            )
+            return getattr(res, "rowcount", 0) == 1
+
+    @contextmanager
+    def _lease_write(self, study: str, holder: LeaseHolder | None) -> Iterator[Session]:
+        """A lease write that waits for SQLite's write lock a few seconds at most: a driver
+        stopped inside a write holds that lock until it goes on or dies, and no lease rule can
+        break it. That is a StudyBusyError (``--wait`` waits) in one line, never ``database is
+        locked`` after the 30 s busy timeout."""
+        sqlite = self._dialect_name() == "sqlite"
+        try:
+            with self.session() as s:
+                if sqlite:
+                    s.connection().exec_driver_sql(f"PRAGMA busy_timeout={LEASE_LOCK_WAIT_MS}")
+                try:
+                    yield s
+                finally:
+                    if sqlite:
+                        with contextlib.suppress(SQLAlchemyError):
+                            s.connection().exec_driver_sql(
+                                f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}"
+                            )
+        except StoreError as exc:
+            if sqlite and "database is locked" in str(exc):
+                who = f" ({holder.shown()}, whose lease lapsed)" if holder is not None else ""
+                raise StudyBusyError(
+                    f"study {study!r}: the store file {_sqlite_path(self.url)} is locked by a "
+                    f"write that has not finished{who}: a driver stopped inside a write holds "
+                    "the lock until it goes on or exits; `study run/resume --wait` waits for it"
+                ) from None
+            raise
+
+    def _still_beating(self, holder: LeaseHolder, on_watch: Callable[[str], None] | None) -> bool:
+        """Watch a lapsed SQLite lease for its TTL on this process's monotonic clock: True as
+        soon as its heartbeat count moves (a live driver whose clock differs from ours)."""
+        ttl = min(max(holder.ttl_s, 0.0), MAX_LEASE_TTL_S)
+        if on_watch is not None:
+            on_watch(
+                f"the lease of study {holder.study!r} ({holder.shown()}) lapsed by this host's "
+                f"clock; taking it over if its heartbeat stays still for {ttl:g} s"
+            )
+        deadline = time.monotonic() + ttl
+        while True:
+            now = self._lease_row(holder.study)
+            if now is None or (now.token, now.beat) != (holder.token, holder.beat):
+                return now is not None and now.token == holder.token
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(min(0.5, max(ttl / 12, 0.05)))
+
+    def _held(self, study: str, token: str, ttl_s: float, me: DriverIdentity) -> Lease:
+        with self.session() as s:
+            row = s.get(LeaseRow, study)
+            acquired = _aware(row.acquired_at) if row is not None else utcnow()
+        return Lease(
+            study, token, me.pid, me.host, acquired, ttl_s, me.driver_id, me.pid_ns, me.boot_id
+        )
+
+    def _lease_row(self, study: str) -> LeaseHolder | None:
+        """The study's lease row, live or lapsed (``lapsed``: by the database's clock)."""
+        with self.session() as s:
+            lapsed = (LeaseRow.expires_at < db_now(_dialect(s))).label("lapsed")
+            found = s.execute(select(LeaseRow, lapsed).where(LeaseRow.study_name == study)).first()
+            if found is None:
+                return None
+            return _holder(found[0], bool(found[1]))
 
     def lease_holder(self, study: str) -> LeaseHolder | None:
         """The driver that holds a live lease on ``study``, if any."""
@@ -693,24 +910,20 @@ class Store:
                     LeaseRow.study_name == study, LeaseRow.expires_at >= db_now(_dialect(s))
                 )
             )
-            if row is None:
-                return None
-            return LeaseHolder(
-                token=row.token,
-                pid=row.pid,
-                host=row.host,
-                acquired_at=_aware(row.acquired_at),
-                expires_at=_aware(row.expires_at),
-            )
+            return None if row is None else _holder(row, False)
 
     def renew_lease(self, lease: Lease) -> bool:
-        """Push the lease's expiry forward; False when it is no longer ours."""
+        """Push the lease's expiry forward and count the beat; False when it is no longer ours."""
         with self.session() as s:
             dialect = _dialect(s)
             res = s.execute(
                 update(LeaseRow)
                 .where(LeaseRow.study_name == lease.study, LeaseRow.token == lease.token)
-                .values(heartbeat_at=db_now(dialect), expires_at=db_now(dialect, lease.ttl_s))
+                .values(
+                    heartbeat_at=db_now(dialect),
+                    expires_at=db_now(dialect, lease.ttl_s),
+                    beat=LeaseRow.beat + 1,
+                )
             )
             return getattr(res, "rowcount", 0) == 1
 
@@ -747,7 +960,7 @@ class Store:
         check_lease_ttl(ttl_s)
         while True:
             try:
-                lease = self.acquire_lease(study, ttl_s)
+                lease = self.acquire_lease(study, ttl_s, on_watch=on_wait)
                 break
             except StudyBusyError as exc:
                 if not wait:
@@ -891,6 +1104,59 @@ class Store:
 
 
 @dataclass(frozen=True)
+class DriverIdentity:
+    """Who a driver process is: a random id of its own, and where it runs (host, PID, the PID
+    namespace that PID is in, the kernel's boot id). Host and PID alone collide: two containers
+    with the host's name each have a PID 7."""
+
+    driver_id: str
+    host: str
+    pid: int
+    pid_ns: str
+    boot_id: str
+
+
+def _read_link(path: str) -> str:
+    try:
+        return os.readlink(path)[:64]
+    except OSError:
+        return ""
+
+
+def _boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()[:64]
+    except OSError:
+        return ""
+
+
+_DRIVER_ID = [uuid.uuid4().hex]
+"""This process's driver id; a forked child draws its own."""
+os.register_at_fork(after_in_child=lambda: _DRIVER_ID.__setitem__(0, uuid.uuid4().hex))
+
+
+def driver_identity() -> DriverIdentity:
+    """This process's identity as a lease stores it."""
+    return DriverIdentity(
+        driver_id=_DRIVER_ID[0],
+        host=socket.gethostname()[:256],
+        pid=os.getpid(),
+        pid_ns=_read_link("/proc/self/ns/pid"),
+        boot_id=_boot_id(),
+    )
+
+
+def same_pid_space(holder: LeaseHolder | DriverIdentity, me: DriverIdentity) -> bool:
+    """Whether a PID the holder stored means the same process here: one host, one running
+    kernel (boot id), one PID namespace. Unknown (a lease of schema 7) is not the same."""
+    return bool(holder.pid_ns and holder.boot_id and me.pid_ns and me.boot_id) and (
+        holder.host,
+        holder.pid_ns,
+        holder.boot_id,
+    ) == (me.host, me.pid_ns, me.boot_id)
+
+
+@dataclass(frozen=True)
 class Lease:
     """A driver's hold on one study (see ``Store.lease``)."""
 
@@ -900,17 +1166,64 @@ class Lease:
     host: str
     acquired_at: datetime
     ttl_s: float
+    driver_id: str = ""
+    pid_ns: str = ""
+    boot_id: str = ""
 
 
 @dataclass(frozen=True)
 class LeaseHolder:
-    """Who holds a live lease, for the message a second driver prints."""
+    """Who holds a lease (live unless ``lapsed``), for the message a second driver prints."""
 
     token: str
     pid: int
     host: str
     acquired_at: datetime
     expires_at: datetime
+    study: str = ""
+    driver_id: str | None = None
+    pid_ns: str | None = None
+    boot_id: str | None = None
+    beat: int = 0
+    ttl_s: float = LEASE_TTL_S
+    """The holder's TTL: its expiry minus its last heartbeat, both from its one clock."""
+    lapsed: bool = False
+    marked_expired: bool = False
+    """Expired on purpose (expiry before the last heartbeat: a driver found its PID gone)."""
+
+    def shown(self) -> str:
+        """``PID 7 on host (PID namespace pid:[4026532], driver 1f2e3d4c5b6a)``."""
+        ns = self.pid_ns or "unknown"
+        driver = (self.driver_id or "unknown")[:12]
+        return f"PID {self.pid} on {self.host} (PID namespace {ns}, driver {driver})"
+
+
+def _holder(row: LeaseRow, lapsed: bool) -> LeaseHolder:
+    heartbeat, expires = _aware(row.heartbeat_at), _aware(row.expires_at)
+    return LeaseHolder(
+        token=row.token,
+        pid=row.pid,
+        host=row.host,
+        acquired_at=_aware(row.acquired_at),
+        expires_at=expires,
+        study=row.study_name,
+        driver_id=row.driver_id,
+        pid_ns=row.pid_ns,
+        boot_id=row.boot_id,
+        beat=row.beat or 0,
+        ttl_s=(expires - heartbeat).total_seconds(),
+        lapsed=lapsed,
+        marked_expired=expires <= heartbeat,
+    )
+
+
+def _busy_message(study: str, holder: LeaseHolder) -> str:
+    return (
+        f"study {study!r} is being run by PID {holder.pid} on {holder.host} since "
+        f"{holder.acquired_at:%Y-%m-%d %H:%M:%S} UTC (PID namespace {holder.pid_ns or 'unknown'}, "
+        f"driver {(holder.driver_id or 'unknown')[:12]}; lease renewed until "
+        f"{holder.expires_at:%H:%M:%S} UTC); `study run/resume --wait` waits for it"
+    )
 
 
 class _LeaseKeeper(threading.Thread):
@@ -1023,13 +1336,69 @@ def _optuna_rdb(optuna: Any, url: str, **kwargs: Any) -> Any:
     done against the head revision read once per process: Optuna's own check loads every one
     of its migration scripts on each storage it opens (tens of milliseconds, several times per
     study run). A store whose tables are not at the head gets Optuna's own check and message."""
-    storage = optuna.storages.RDBStorage(url, skip_compatibility_check=True, **kwargs)
+    rdb = _retrying_rdb(optuna)
+    storage = rdb(url, skip_compatibility_check=True, **kwargs)
     if not _OPTUNA_HEAD:
         _OPTUNA_HEAD.append(storage.get_head_version())
     if storage.get_current_version() != _OPTUNA_HEAD[0]:
         storage.engine.dispose()
-        storage = optuna.storages.RDBStorage(url, **kwargs)
+        storage = rdb(url, **kwargs)
     return storage
+
+
+_OPTUNA_CALLS = (
+    "create_new_study",
+    "delete_study",
+    "set_study_user_attr",
+    "set_study_system_attr",
+    "get_study_id_from_name",
+    "get_study_name_from_id",
+    "get_study_directions",
+    "get_study_user_attrs",
+    "get_study_system_attrs",
+    "get_all_studies",
+    "create_new_trial",
+    "set_trial_param",
+    "get_trial_id_from_study_id_trial_number",
+    "get_trial_number_from_id",
+    "get_trial_param",
+    "set_trial_state_values",
+    "set_trial_intermediate_value",
+    "set_trial_user_attr",
+    "set_trial_system_attr",
+    "get_trial",
+    "get_all_trials",
+    "get_n_trials",
+    "get_best_trial",
+    "record_heartbeat",
+)
+"""The RDBStorage calls run again while the store is transiently lost (as :func:`_retried`)."""
+
+
+@functools.cache
+def _retrying_rdb(optuna: Any) -> Any:
+    """Optuna's RDBStorage whose calls are retried while the store is transiently lost (Optuna
+    turns the database's error into StorageInternalError, the cause kept)."""
+    base = optuna.storages.RDBStorage
+
+    def transient(exc: Exception) -> bool:
+        return isinstance(exc, optuna.exceptions.StorageInternalError) and _is_transient(
+            exc.__cause__
+        )
+
+    def retrying(name: str) -> Callable[..., Any]:
+        call = getattr(base, name)
+
+        @functools.wraps(call)
+        def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+            return _with_retry(lambda: call(self, *args, **kwargs), masked_url(self.url), transient)
+
+        return wrapper
+
+    names = {name: retrying(name) for name in _OPTUNA_CALLS if callable(getattr(base, name, None))}
+    cls = type("RetryingRDBStorage", (base,), {"__module__": __name__, **names})
+    globals()["RetryingRDBStorage"] = cls  # found by name, should anything pickle a storage
+    return cls
 
 
 _OPTUNA_SCRIPT: list[Any] = []
@@ -1252,3 +1621,29 @@ def _measurement_record(r: RowMapping) -> MeasurementRecord:
         engine_args=dict(r["engine_args"] or {}),
         env=dict(r["env"] or {}),
     )
+
+
+for _name in (
+    "create_study",
+    "get_study",
+    "list_studies",
+    "delete_study",
+    "set_study_status",
+    "start_trial",
+    "record_engine",
+    "add_measurement",
+    "finish_trial",
+    "abandon_running_trials",
+    "reopen_trial",
+    "trial_measurements",
+    "acquire_lease",
+    "lease_holder",
+    "release_lease",
+    "trials",
+    "measurements",
+    "replace_recommendations",
+    "recommendations",
+    "save_verification",
+    "verifications",
+):
+    setattr(Store, _name, _retried(getattr(Store, _name)))

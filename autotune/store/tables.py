@@ -181,6 +181,14 @@ class LeaseRow(Base):
     acquired_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     heartbeat_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    # Who holds it beyond host and PID (schema 8): a random id per driver process, its PID
+    # namespace and the kernel's boot id, so two containers with one hostname never read as one
+    # driver; and a counter every renewal and fenced write bumps (SQLite's clock is each
+    # client's own, so a takeover there also waits to see the counter stand still).
+    driver_id: Mapped[str | None] = mapped_column(String(64))
+    pid_ns: Mapped[str | None] = mapped_column(String(64))
+    boot_id: Mapped[str | None] = mapped_column(String(64))
+    beat: Mapped[int] = mapped_column(Integer, default=0)
 
 
 class VerificationRow(Base):

@@ -533,3 +533,51 @@ def test_no_command_prints_the_password(
         )
     assert not hits, hits
     assert codes[0] >= 20  # the commands ran, not only their errors
+
+
+def test_sighup_stops_the_run_like_sigterm(store_url: str, tmp_path: Path):
+    """SIGHUP (a closed terminal, a killed tmux) mid-trial: the driver stops cleanly (exit 129,
+    one line saying so), leaves the study and its trial ``interrupted``, not ``running``, and
+    releases its lease at once; the resume ends equal to an uninterrupted run."""
+    ref = _reference(store_url, tmp_path)
+    api.create_study(Store(store_url), _study_file(tmp_path, "hup"))
+    hold = tmp_path / "hold"
+    hold.touch()
+    driver = _driver(store_url, "study", "run", "hup", HOLD_FILE=str(hold))
+    assert driver.stdout is not None
+    assert driver.stdout.readline().strip() == "measure"
+    driver.send_signal(signal.SIGHUP)
+    _, err = driver.communicate(timeout=120)
+    assert driver.returncode == 129, err
+    assert "Traceback" not in err and "autotune: interrupted (SIGHUP)" in err, err
+    store = Store(store_url)
+    record = store.get_study("hup")
+    assert record.status == "interrupted"
+    assert "running" not in [t.state for t in store.trials(record)]
+    assert store.lease_holder("hup") is None  # released, not left to lapse
+    store.dispose()
+    hold.unlink()
+    resumed = _driver(store_url, "study", "resume", "hup")
+    _, err = resumed.communicate(timeout=240)
+    assert resumed.returncode == 0, err
+    _same_as_reference(store_url, "hup", ref)
+
+
+def test_a_postgresql_restart_under_a_running_driver_is_retried(postgres_server, tmp_path: Path):
+    """The server restarts (``pg_ctl restart -m fast``: every session cut) while a driver
+    measures: its store and Optuna calls are retried with back-off until the server is back,
+    and the run ends (exit 0) equal to an uninterrupted one, no cell lost or duplicated."""
+    url = postgres_server.url(postgres_server.create_database())
+    ref = _reference(url, tmp_path)
+    api.create_study(Store(url), _study_file(tmp_path, "restart"))
+    proc = _driver(url, "study", "run", "restart", MEASURE_S="0.1")
+    assert proc.stdout is not None
+    while _rows_in_running_trials(url, "restart") < 2:
+        assert proc.stdout.readline(), f"driver ended first: {proc.communicate()}"
+    started = time.monotonic()
+    postgres_server.restart()
+    print(f"\n  restarted in {time.monotonic() - started:.1f} s")
+    _, err = proc.communicate(timeout=240)
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err
+    _same_as_reference(url, "restart", ref)

@@ -133,6 +133,16 @@ def _wl_source(kind: str, setup: Callable[[Path], None], path: str = "src.jsonl"
     )
 
 
+def _wl_show(kind: str, setup: Callable[[Path], None]) -> Case:
+    """``workload show`` on a request log (the conversation caps come before any tokenizer)."""
+    wl = f"name: w\nsource: {{kind: {kind}, path: src.jsonl}}\nnum_prompts: 4\n"
+    return Case(
+        ["workload", "show", "{work}/wl.yaml"],
+        _all(_files(wl__yaml=wl), setup),
+        expect="source.path",
+    )
+
+
 def _study_env(model: str, key: str) -> Case:
     text = STUDY.replace("{name: tiny}", f"{{name: {model}, env: {{{key}: /tmp/x}}}}")
     text = text.replace('["{work}/wl.yaml"]', "[math]")
@@ -150,6 +160,15 @@ def _config(value: str, expect: str) -> Case:
 
 
 CHECK = ["check", "--model", "tiny", "--workload", "code", "--config"]
+CONVERSATION_100K = (
+    '{"conversations": ['
+    + ", ".join(
+        f'{{"from": "{"human" if i % 2 == 0 else "gpt"}", "value": "turn {i}"}}'
+        for i in range(100_000)
+    )
+    + "]}\n"
+)
+"""One conversation of 100,000 turns (2.9 MB): its replay used to hang, its memory quadratic."""
 RUN = ["study", "run", "seed"]
 
 CASES: dict[str, Case] = {
@@ -372,8 +391,88 @@ CASES: dict[str, Case] = {
             "VLLM_LOGGING_CONFIG_PATH",
         )
     },
+    # --- issue #33: code named by engine args, secrets and checkpoint sources ------------------
+    **{f"env-{key}": _study_env("tiny", key) for key in ("HF_ENDPOINT", "HF_HUB_CACHE")},
+    "env-secret-S3_SECRET_ACCESS_KEY": _study_env("tiny", "S3_SECRET_ACCESS_KEY"),
+    "env-secret-with-consent": Case(
+        ["study", "create", "{work}/study.yaml"],
+        _files(
+            study__yaml="trust_remote_code: true\n"
+            + STUDY.replace("{name: tiny}", "{name: tiny, env: {HF_TOKEN: hf_x}}").replace(
+                '["{work}/wl.yaml"]', "[math]"
+            )
+        ),
+        expect="HF_TOKEN looks like a secret",
+    ),
+    **{
+        f"engine-arg-{key}": Case(
+            ["study", "create", "{work}/study.yaml"],
+            _files(
+                study__yaml=STUDY.replace(
+                    "{name: tiny}", f"{{name: tiny, engine_args: {{{key}: evil.Mod}}}}"
+                ).replace('["{work}/wl.yaml"]', "[math]")
+            ),
+            expect=f"model.engine_args.{key}: names code",
+        )
+        for key in ("worker_cls", "logits_processors", "reasoning_parser_plugin")
+    },
     "env-catalog-consent-LD_PRELOAD": _study_env("kimi", "LD_PRELOAD"),
     "env-catalog-consent-PYTHONPATH": _study_env("kimi", "PYTHONPATH"),
+    # --- issue #33: what still got through ----------------------------------------------------
+    "study-5000-digit-int": Case(
+        ["study", "create", "{work}/s.yaml"],
+        _files(s__yaml=STUDY.replace("concurrency: [1]", "concurrency: [" + "9" * 5000 + "]")),
+        expect="an integer of 5000 digits",
+    ),
+    "config-5000-digit-int": Case(
+        [*CHECK, "{work}/c.json"],
+        _files(c__json='{"method": "ngram", "num_speculative_tokens": ' + "9" * 5000 + "}"),
+        expect="an integer of 5000 digits",
+    ),
+    "config-5000-digit-int-inline": _config(
+        '{"method": "ngram", "num_speculative_tokens": ' + "9" * 5000 + "}",
+        "an integer of 5000 digits",
+    ),
+    "log-5000-digit-int": _wl_show(
+        "chat_jsonl",
+        _files(
+            src__jsonl='{"model": "m", "messages": [{"role": "user", "content": "x"}], '
+            '"max_tokens": ' + "9" * 5000 + "}\n"
+        ),
+    ),
+    "study-symlink-loop": Case(
+        ["study", "create", "{work}/s.yaml"],
+        _all(_link("s.yaml", "t.yaml"), _link("t.yaml", "s.yaml")),
+        expect="symbolic links",
+    ),
+    "config-symlink-loop": Case(
+        [*CHECK, "{work}/c.json"],
+        _all(_link("c.json", "d.json"), _link("d.json", "c.json")),
+        expect="symbolic links",
+    ),
+    "log-symlink-loop": _wl_source(
+        "chat_jsonl", _all(_link("src.jsonl", "t.jsonl"), _link("t.jsonl", "src.jsonl"))
+    ),
+    "study-shadow-like": Case(
+        ["study", "create", "{work}/s.yaml"],
+        _files(s__yaml="".join(f"user{i}:!:20582::::::\n" for i in range(27))),
+        expect="more errors)",
+    ),
+    "log-100000-turns": _wl_show(
+        "conversations",
+        _files(src__jsonl=CONVERSATION_100K),
+    ),
+    "log-history-over-the-token-cap": _wl_show(
+        "conversations",
+        _files(
+            src__jsonl='{"conversations": ['
+            + ", ".join(
+                f'{{"from": "{"human" if i % 2 == 0 else "gpt"}", "value": "{"x" * 40_000}"}}'
+                for i in range(8)
+            )
+            + "]}\n"
+        ),
+    ),
 }
 
 STATS: Counter[str] = Counter()

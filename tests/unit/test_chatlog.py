@@ -388,3 +388,30 @@ def test_workload_show_prints_the_length_histograms_and_turns(autotune) -> None:
         assert sum(b["count"] for b in bins) == 28
         assert bins[0]["lo"] == min(values) and bins[-1]["hi"] == max(values)
     assert doc["sample_messages"][0][0]["role"] == "system"
+
+
+def test_conversations_are_capped_in_turns_and_history_tokens(tmp_path: Path) -> None:
+    """A record of more than MAX_CONVERSATION_TURNS turns, or a replayed turn whose history
+    holds more than MAX_HISTORY_TOKENS (4 characters a token), is one line naming the record;
+    source.max_turns stops the replay before a long history is reached."""
+    from autotune.datasets.chatlog import MAX_CONVERSATION_TURNS, MAX_HISTORY_TOKENS
+
+    def turns(n: int, chars: int) -> list[dict[str, str]]:
+        who = ("human", "gpt")
+        return [{"from": who[i % 2], "value": f"t{i} ".ljust(chars, "x")} for i in range(n)]
+
+    write_jsonl(tmp_path / "many.jsonl", [{"conversations": turns(MAX_CONVERSATION_TURNS + 1, 4)}])
+    line = error(tmp_path, {"kind": "conversations", "path": "many.jsonl"})
+    assert "many.jsonl line 1: conversations: 1,001 turns, more than 1,000" in line
+    write_jsonl(tmp_path / "msgs.jsonl", [{"messages": [user("x")] * 1001}])
+    assert "messages: 1,001 turns" in error(
+        tmp_path, {"kind": "conversations", "path": "msgs.jsonl"}
+    )
+    long = turns(6, 8)
+    long[2]["value"] = "x" * (MAX_HISTORY_TOKENS * 4)  # the history before turn 3: over the cap
+    write_jsonl(tmp_path / "long.jsonl", [{"conversations": long}])
+    line = error(tmp_path, {"kind": "conversations", "path": "long.jsonl"})
+    assert "long.jsonl line 1: turn 3: the history before it holds about" in line
+    assert f"more than {MAX_HISTORY_TOKENS:,}" in line
+    prompts = load(tmp_path, {"kind": "conversations", "path": "long.jsonl", "max_turns": 1})
+    assert len(prompts) == 1  # the first answered turn only: its history is one turn

@@ -272,4 +272,4 @@ def test_a_schema_5_store_gains_the_trial_purpose(tmp_path):
     assert by_id == {old: None, new: CONFIRM}
     store.dispose()
     with create_engine(f"sqlite:///{path}").connect() as conn:
-        assert migrations.current_version(conn) == migrations.SCHEMA_VERSION == 7
+        assert migrations.current_version(conn) == migrations.SCHEMA_VERSION == 8

@@ -24,7 +24,7 @@ def _store(path: Path) -> Store:
 
 
 def test_the_head_revision_is_the_schema_version() -> None:
-    assert migrations.head() == migrations.revision(migrations.SCHEMA_VERSION) == "0007"
+    assert migrations.head() == migrations.revision(migrations.SCHEMA_VERSION) == "0008"
 
 
 def test_autotune_and_optuna_keep_their_own_version_tables(tmp_path: Path) -> None:
@@ -36,7 +36,7 @@ def test_autotune_and_optuna_keep_their_own_version_tables(tmp_path: Path) -> No
         ours = conn.execute(text("SELECT version_num FROM autotune_alembic_version")).all()
         optunas = conn.execute(text("SELECT version_num FROM alembic_version")).all()
     assert {"autotune_alembic_version", "alembic_version"} <= tables
-    assert ours == [("0007",)]
+    assert ours == [("0008",)]
     assert optunas and optunas != ours  # Optuna's own history, untouched by ours
 
 
@@ -57,7 +57,7 @@ def test_a_store_from_before_alembic_is_stamped_and_upgraded(tmp_path: Path) -> 
         cols = {c["name"] for c in inspect(conn).get_columns("autotune_measurements")}
         assert {"loop_share", "distinct_4gram_ratio", "loop_at_max_tokens_share"} <= cols
         assert migrations.current_version(conn) == migrations.SCHEMA_VERSION
-        assert migrations.alembic_revision(conn) == "0007"
+        assert migrations.alembic_revision(conn) == "0008"
 
 
 def test_the_revisions_ship_as_package_data() -> None:
