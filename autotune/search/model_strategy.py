@@ -47,7 +47,14 @@ from autotune.evidence.scores import DEFAULT_TIE_PCT
 from autotune.perf import PerfModel, Point
 from autotune.search.memo import by_identity
 from autotune.search.space import Option, SearchSpace
-from autotune.search.strategy import SearchState, noisy_cell, plan_cells
+from autotune.search.strategy import (
+    Limits,
+    SearchState,
+    can_measure,
+    noisy_cell,
+    plan_cells,
+    repeat_limits,
+)
 from autotune.spec.catalog import AcceptanceCurve, acceptance_curves
 from autotune.spec.loader import ResolvedStudy
 from autotune.spec.methods import BASELINE, METHODS, config_id
@@ -328,12 +335,15 @@ class ModelStrategy:
             screen = 1 + self.screen_sigmas * noise.get(level, self.noise_floor)
             return best is None or statistics.median(mine[level]) * screen >= best
 
+        limits = repeat_limits(state.study, config, state.rows)
         while True:
             wanted = self._levels[key]
             for cell in plan_cells(state.study):
                 level = (cell.workload, cell.concurrency)
                 if (cell.workload, cell.concurrency, cell.repeat) in taken or level not in wanted:
                     continue
+                if not can_measure(limits, level, measured):
+                    continue  # a replay's recorded repeats are all drawn here
                 if cell.repeat == 0 or config.num_speculative_tokens == 0 or not mine.get(level):
                     return cell
                 if in_reach(level):
@@ -349,10 +359,18 @@ class ModelStrategy:
             # noise of the level's best.
             extra = rest if contender else self._within_noise(state, config, rest)
             if not extra:
-                return noisy_cell(state.study, measured) or self._close_call(state, mine)
+                return noisy_cell(state.study, measured, limits) or self._close_call(
+                    state, mine, measured, limits
+                )
             self._levels[key] = wanted | extra
 
-    def _close_call(self, state: SearchState, mine: Mapping[Level, list[float]]) -> Cell | None:
+    def _close_call(
+        self,
+        state: SearchState,
+        mine: Mapping[Level, list[float]],
+        measured: Sequence[Measurement],
+        limits: Limits | None,
+    ) -> Cell | None:
         """One more repeat where this engine's config and the level's best other config lie
         within the noise of each other (the top two), while the study's allowance of such
         cells lasts: the choice between them should not rest on the luck of a few repeats.
@@ -367,7 +385,7 @@ class ModelStrategy:
         noise = self._noise(cells)
         others = _by_level(cells)
         for level, tputs in sorted(mine.items()):
-            if not full <= len(tputs) < 2 * full:
+            if not full <= len(tputs) < 2 * full or not can_measure(limits, level, measured):
                 continue
             rivals = sorted(
                 (p.output_throughput_tok_s for p in others.get(level, ())), reverse=True

@@ -17,7 +17,7 @@ from autotune.engine._base import EngineConfig, Measurement
 from autotune.evidence.objectives import level_medians
 from autotune.search.objective import METRIC
 from autotune.search.space import SearchSpace
-from autotune.search.strategy import SearchState, Strategy, noisy_cell, plan_cells
+from autotune.search.strategy import SearchState, Strategy, protocol_cell, repeat_limits
 from autotune.spec.labels import Labels
 
 SAMPLERS = ("model", "grid", "random", "tpe", "gp")
@@ -222,12 +222,8 @@ class OptunaStrategy:
     def next_cell(
         self, state: SearchState, config: EngineConfig, measured: Sequence[Measurement]
     ) -> Cell | None:
-        done = {(m.workload, m.concurrency, m.repeat) for m in measured}
-        cells = plan_cells(state.study)
-        planned = next(
-            (c for c in cells if (c.workload, c.concurrency, c.repeat) not in done), None
-        )
-        return planned or noisy_cell(state.study, measured)
+        limits = repeat_limits(state.study, config, state.rows)
+        return protocol_cell(state.study, measured, limits)
 
     def observe(self, config: EngineConfig, value: float | None) -> None:
         """Nothing to do: the sampler reads every trial from the mirror."""
