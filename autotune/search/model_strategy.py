@@ -54,6 +54,7 @@ from autotune.search.strategy import (
     noisy_cell,
     plan_cells,
     repeat_limits,
+    wants_more,
 )
 from autotune.spec.catalog import AcceptanceCurve, acceptance_curves
 from autotune.spec.loader import ResolvedStudy
@@ -151,8 +152,9 @@ class ModelStrategy:
         self.reason = ""
         self.screen_sigmas = screen_sigmas
         self.close_call_cells = close_call_cells
-        """Extra repeats for close calls per run (None: one per level)."""
-        self._close_calls = 0
+        """Extra repeats for close calls per study (None: one per level); the ones taken are
+        counted from the stored measurements (:func:`close_calls_taken`), not by this instance,
+        so a resumed study, a takeover or another driver spends the allowance once."""
         self._levels: dict[str, frozenset[Level]] = {}
         """Config key -> the levels its engine measures (decided when it is proposed)."""
         self.margin_pct = margin_pct
@@ -379,7 +381,7 @@ class ModelStrategy:
         allowance = self.close_call_cells
         if allowance is None:
             allowance = len(_levels_of(state.study))
-        if self._close_calls >= allowance:
+        if close_calls_taken(state.study, state.rows, measured) >= allowance:
             return None
         cells = _cells(_current_rows(state.rows))
         noise = self._noise(cells)
@@ -394,7 +396,6 @@ class ModelStrategy:
             if not rivals or (len(rivals) > 1 and median < rivals[1]):
                 continue  # not one of the top two
             if abs(median / rivals[0] - 1) <= 2 * noise:
-                self._close_calls += 1
                 return Cell(workload=level[0], concurrency=level[1], repeat=len(tputs))
         return None
 
@@ -771,6 +772,27 @@ class ModelStrategy:
             if w == workload
         ]
         return PerfModel.fit(points, noise_floor=noise)
+
+
+def close_calls_taken(
+    study: ResolvedStudy, rows: Sequence[MeasurementRecord], measured: Sequence[Measurement]
+) -> int:
+    """The close-call repeats the study took so far (:meth:`ModelStrategy._close_call`), read
+    from the measurements themselves: the stored ``rows`` (per trial) and a running engine's
+    ``measured``. A level's repeat beyond the study's ``repeats`` was a close call exactly when
+    the re-run rule (:func:`autotune.search.strategy.wants_more`) did not ask for it: an engine
+    takes a close call only once no level of it wants a re-run."""
+    runs: dict[tuple[int | None, Level], list[Measurement]] = defaultdict(list)
+    for r in sorted(rows, key=lambda r: (r.trial_id, r.repeat)):
+        runs[(r.trial_id, (r.workload, r.concurrency))].append(r)
+    for m in sorted(measured, key=lambda m: m.repeat):
+        runs[(None, (m.workload, m.concurrency))].append(m)
+    full = study.spec.repeats
+    return sum(
+        not wants_more(study, level_runs[:k])
+        for level_runs in runs.values()
+        for k in range(full, len(level_runs))
+    )
 
 
 def prior_anchor_n(curves: Sequence[AcceptanceCurve], n_values: Sequence[int]) -> int | None:

@@ -9,7 +9,7 @@ so ``optuna-dashboard`` shows the study and Optuna's samplers learn from every t
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from autotune.cluster.jobs import Cell
@@ -42,6 +42,18 @@ def make_sampler(name: str, seed: int) -> Any:
             seed=seed, n_startup_trials=4, warn_independent_sampling=False
         )
     raise ValueError(f"unknown sampler {name!r}; known: {', '.join(SAMPLERS)}")
+
+
+def sampler_at(name: str, seed: int) -> Callable[[int], Any]:
+    """The study's sampler for its next ask, made afresh from the seed and the number of trials
+    its Optuna study holds: a sampler's random state is then a function of the stored trials,
+    so a resumed study, a takeover or another driver asks what one uninterrupted driver would
+    (a sampler kept in memory would restart its stream in every driver)."""
+
+    def at(trials: int) -> Any:
+        return make_sampler(name, (seed * 1_000_003 + trials) % 2**32)
+
+    return at
 
 
 def make_strategy(name: str, study: Any, mirror: OptunaMirror) -> Strategy:
@@ -77,10 +89,13 @@ class OptunaMirror:
         space: SearchSpace,
         sampler: Any,
         metric: str = METRIC,
+        reseed: Callable[[int], Any] | None = None,
     ) -> None:
         """``storage``: Optuna's storage on the study store (``Store.optuna_storage()``). A
         dead driver's RUNNING trials were failed by ``autotune.search.protocol`` under the
-        study's lease."""
+        study's lease. ``reseed``: the sampler to ask with, given the number of trials stored
+        (:func:`sampler_at`); None keeps ``sampler`` throughout."""
+        self._reseed = reseed
         import optuna
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -103,6 +118,8 @@ class OptunaMirror:
     def ask(self) -> tuple[EngineConfig, Any]:
         """A config the sampler proposes (an enqueued one first) and its running trial: the
         caller either ``hold``s it until the config is recorded or ``answer_again``s it."""
+        if self._reseed is not None:
+            self.study.sampler = self._reseed(len(self.study.get_trials(deepcopy=False)))
         trial = self.study.ask()
         return self.space.suggest(trial), trial
 

@@ -61,6 +61,7 @@ from autotune.search.samplers import (
     OptunaStrategy,
     make_sampler,
     make_strategy,
+    sampler_at,
 )
 from autotune.search.space import SearchSpace
 from autotune.search.strategy import (
@@ -317,6 +318,7 @@ class Tuner:
             self.space,
             make_sampler(spec.sampler, spec.seed),
             metric_name(spec),
+            reseed=sampler_at(spec.sampler, spec.seed),
         )
         rows: dict[int, list[MeasurementRecord]] = defaultdict(list)
         self._rows = self.store.measurements(study=self.record.name)
