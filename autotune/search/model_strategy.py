@@ -54,6 +54,7 @@ from autotune.search.strategy import (
     noisy_cell,
     plan_cells,
     repeat_limits,
+    undecided_cell,
     wants_more,
 )
 from autotune.spec.catalog import AcceptanceCurve, acceptance_curves
@@ -361,8 +362,10 @@ class ModelStrategy:
             # noise of the level's best.
             extra = rest if contender else self._within_noise(state, config, rest)
             if not extra:
-                return noisy_cell(state.study, measured, limits) or self._close_call(
-                    state, mine, measured, limits
+                return (
+                    noisy_cell(state.study, measured, limits)
+                    or undecided_cell(state.study, config, state.rows, measured, limits)
+                    or self._close_call(state, mine, measured, limits)
                 )
             self._levels[key] = wanted | extra
 
@@ -781,7 +784,9 @@ def close_calls_taken(
     from the measurements themselves: the stored ``rows`` (per trial) and a running engine's
     ``measured``. A level's repeat beyond the study's ``repeats`` was a close call exactly when
     the re-run rule (:func:`autotune.search.strategy.wants_more`) did not ask for it: an engine
-    takes a close call only once no level of it wants a re-run."""
+    takes a close call only once no level of it wants a re-run. The repeats an undecided level
+    took (:func:`autotune.search.strategy.undecided_cell`) count too: both are extra repeats
+    spent on the choice between a level's two best."""
     runs: dict[tuple[int | None, Level], list[Measurement]] = defaultdict(list)
     for r in sorted(rows, key=lambda r: (r.trial_id, r.repeat)):
         runs[(r.trial_id, (r.workload, r.concurrency))].append(r)

@@ -17,7 +17,13 @@ from autotune.engine._base import EngineConfig, Measurement
 from autotune.evidence.objectives import level_medians
 from autotune.search.objective import METRIC
 from autotune.search.space import SearchSpace
-from autotune.search.strategy import SearchState, Strategy, protocol_cell, repeat_limits
+from autotune.search.strategy import (
+    SearchState,
+    Strategy,
+    protocol_cell,
+    repeat_limits,
+    undecided_cell,
+)
 from autotune.spec.labels import Labels
 
 SAMPLERS = ("model", "grid", "random", "tpe", "gp")
@@ -240,7 +246,9 @@ class OptunaStrategy:
         self, state: SearchState, config: EngineConfig, measured: Sequence[Measurement]
     ) -> Cell | None:
         limits = repeat_limits(state.study, config, state.rows)
-        return protocol_cell(state.study, measured, limits)
+        return protocol_cell(state.study, measured, limits) or undecided_cell(
+            state.study, config, state.rows, measured, limits
+        )
 
     def observe(self, config: EngineConfig, value: float | None) -> None:
         """Nothing to do: the sampler reads every trial from the mirror."""

@@ -251,3 +251,53 @@ def noisy_cell(
         if wants_more(study, runs) and can_measure(limits, (workload, concurrency), measured):
             return Cell(workload=workload, concurrency=concurrency, repeat=len(runs))
     return None
+
+
+def undecided_cell(
+    study: ResolvedStudy,
+    config: EngineConfig,
+    rows: Sequence[MeasurementRecord],
+    measured: Sequence[Measurement],
+    limits: Limits | None = None,
+) -> Cell | None:
+    """One more repeat of a level where this warm engine's config is one of the level's two
+    best by median and its verdict against the other (:func:`autotune.search.verdict.verdict`)
+    is *undecided*: sequential stopping, until the two are decided or tied, or a cap is hit
+    (``max_repeats`` runs, default 3 x ``repeats``; ``max_level_s`` on this engine; a replay's
+    recorded repeats, ``limits``). ``rows``: the other configs' stored measurements (of this
+    engine's prompt sets); a config measured once there (a screening run) is no contender.
+    None: no level of this engine is undecided."""
+    from autotune.search.verdict import verdict
+
+    m = study.spec.measurement
+    full = study.spec.repeats
+    cap = max(full, m.max_repeats if m.max_repeats is not None else 3 * full)
+    mine = config_id(config.speculative_config())
+    runs: dict[Level, list[Measurement]] = defaultdict(list)
+    for x in measured:
+        runs[(x.workload, x.concurrency)].append(x)
+    digests = {x.workload_digest for x in measured}
+    others: dict[Level, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for r in rows:
+        key = config_id(r.speculative_config)
+        if key != mine and r.workload_digest in digests and r.output_throughput_tok_s > 0:
+            others[(r.workload, r.concurrency)][key].append(r.output_throughput_tok_s)
+    for level, here in sorted(runs.items()):
+        n = len(here)
+        if n < full or n >= cap or sum(x.measure_s for x in here) >= m.max_level_s:
+            continue
+        if not can_measure(limits, level, measured):
+            continue
+        tputs = [x.output_throughput_tok_s for x in here]
+        rivals = sorted(
+            (v for v in others.get(level, {}).values() if len(v) >= 2),
+            key=statistics.median,
+            reverse=True,
+        )
+        if not rivals:
+            continue
+        if len(rivals) > 1 and statistics.median(tputs) < statistics.median(rivals[1]):
+            continue  # not one of the two best
+        if verdict(tputs, rivals[0]) == "undecided":
+            return Cell(workload=level[0], concurrency=level[1], repeat=n)
+    return None
