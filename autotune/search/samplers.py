@@ -9,7 +9,7 @@ so ``optuna-dashboard`` shows the study and Optuna's samplers learn from every t
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from autotune.cluster.jobs import Cell
@@ -50,18 +50,6 @@ def make_sampler(name: str, seed: int) -> Any:
     raise ValueError(f"unknown sampler {name!r}; known: {', '.join(SAMPLERS)}")
 
 
-def sampler_at(name: str, seed: int) -> Callable[[int], Any]:
-    """The study's sampler for its next ask, made afresh from the seed and the number of trials
-    its Optuna study holds: a sampler's random state is then a function of the stored trials,
-    so a resumed study, a takeover or another driver asks what one uninterrupted driver would
-    (a sampler kept in memory would restart its stream in every driver)."""
-
-    def at(trials: int) -> Any:
-        return make_sampler(name, (seed * 1_000_003 + trials) % 2**32)
-
-    return at
-
-
 def make_strategy(name: str, study: Any, mirror: OptunaMirror) -> Strategy:
     """The strategy for a study's ``sampler``: autotune's model-guided one, or Optuna's."""
     if name == "model":
@@ -85,6 +73,52 @@ def _grid_sampler(seed: int) -> Any:
     return GridSampler(seed=seed)
 
 
+SAMPLER_STATE = "autotune:sampler_random_state"
+"""The Optuna study's user attribute holding its sampler's random state after the last ask: a
+resumed study, a takeover or another driver restores it, so a sampler continues the one stream
+an uninterrupted driver would have drawn (a sampler made afresh from its seed would start it
+over and propose other configs)."""
+
+
+def _random_states(sampler: Any, prefix: str = "") -> list[tuple[str, Any]]:
+    """(attribute path, numpy RandomState) of every random state a sampler holds, its nested
+    samplers' too (TPE's and GP's independent RandomSampler)."""
+    import numpy as np
+    from optuna.samplers import BaseSampler
+    from optuna.samplers._lazy_random_state import LazyRandomState
+
+    out: list[tuple[str, Any]] = []
+    for name, value in sorted(vars(sampler).items()):
+        if isinstance(value, LazyRandomState):
+            out.append((prefix + name, value.rng))
+        elif isinstance(value, np.random.RandomState):
+            out.append((prefix + name, value))
+        elif isinstance(value, BaseSampler):
+            out += _random_states(value, f"{prefix}{name}.")
+    return out
+
+
+def random_state(sampler: Any) -> dict[str, list[Any]]:
+    """The sampler's random states as JSON (Mersenne Twister keys, position, Gaussian cache)."""
+    out: dict[str, list[Any]] = {}
+    for path, rng in _random_states(sampler):
+        kind, keys, pos, has_gauss, gauss = rng.get_state()
+        out[path] = [kind, [int(k) for k in keys], int(pos), int(has_gauss), float(gauss)]
+    return out
+
+
+def restore_random_state(sampler: Any, state: dict[str, list[Any]]) -> None:
+    """Set the sampler's random states to ``state`` (:func:`random_state`); paths it does not
+    hold are left alone."""
+    import numpy as np
+
+    for path, rng in _random_states(sampler):
+        saved = state.get(path)
+        if saved is not None:
+            kind, keys, pos, has_gauss, gauss = saved
+            rng.set_state((kind, np.array(keys, dtype=np.uint32), pos, has_gauss, gauss))
+
+
 class OptunaMirror:
     """The study's Optuna study (``autotune:NAME`` in the same database)."""
 
@@ -95,13 +129,11 @@ class OptunaMirror:
         space: SearchSpace,
         sampler: Any,
         metric: str = METRIC,
-        reseed: Callable[[int], Any] | None = None,
     ) -> None:
         """``storage``: Optuna's storage on the study store (``Store.optuna_storage()``). A
         dead driver's RUNNING trials were failed by ``autotune.search.protocol`` under the
-        study's lease. ``reseed``: the sampler to ask with, given the number of trials stored
-        (:func:`sampler_at`); None keeps ``sampler`` throughout."""
-        self._reseed = reseed
+        study's lease. The sampler's random state is stored with the study after every ask
+        and restored here (:data:`SAMPLER_STATE`)."""
         import optuna
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -118,16 +150,19 @@ class OptunaMirror:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             self.study.set_metric_names([metric])
+        stored = self.study.user_attrs.get(SAMPLER_STATE)
+        if stored is not None:
+            restore_random_state(sampler, stored)
         self._asked: dict[str, Any] = {}
         """Config key -> the running Optuna trial a sampler proposed it in."""
 
     def ask(self) -> tuple[EngineConfig, Any]:
         """A config the sampler proposes (an enqueued one first) and its running trial: the
         caller either ``hold``s it until the config is recorded or ``answer_again``s it."""
-        if self._reseed is not None:
-            self.study.sampler = self._reseed(len(self.study.get_trials(deepcopy=False)))
         trial = self.study.ask()
-        return self.space.suggest(trial), trial
+        config = self.space.suggest(trial)
+        self.study.set_user_attr(SAMPLER_STATE, random_state(self.study.sampler))
+        return config, trial
 
     def hold(self, config: EngineConfig, trial: Any) -> None:
         self._asked[config.key()] = trial

@@ -61,7 +61,6 @@ from autotune.search.samplers import (
     OptunaStrategy,
     make_sampler,
     make_strategy,
-    sampler_at,
 )
 from autotune.search.space import SearchSpace
 from autotune.search.strategy import (
@@ -318,7 +317,6 @@ class Tuner:
             self.space,
             make_sampler(spec.sampler, spec.seed),
             metric_name(spec),
-            reseed=sampler_at(spec.sampler, spec.seed),
         )
         rows: dict[int, list[MeasurementRecord]] = defaultdict(list)
         self._rows = self.store.measurements(study=self.record.name)
