@@ -214,6 +214,9 @@ class Landscape:
     untouched. The recorded CPU sweeps show it: repeats recorded under load spread up to 52 %
     (cpu-tiny-llama's first recording) and 114 % (cpu-tiny-knobs'), see bench/README.md."""
     outlier_pct: tuple[float, float] = (15.0, 40.0)
+    noise_by_concurrency: tuple[tuple[int, float], ...] = ()
+    """(concurrency, sigma in percent) pairs that replace ``noise_pct`` at those levels: GPU
+    run-to-run noise is largest at low concurrency (vllm#53436)."""
     repeats: int = 3
     output_tokens: int = 256
     seed: int = 0
@@ -242,7 +245,8 @@ def build(spec: Landscape) -> list[LandscapePoint]:
                     parallel = drafter.parallel if drafter else False
                     step = spec.cost.step_s(n, c, parallel)
                     tput = c * (1.0 + sum(acc)) / step
-                    tput *= 1.0 + rng.normal(0.0, spec.noise_pct / 100.0)
+                    sigma = dict(spec.noise_by_concurrency).get(c, spec.noise_pct)
+                    tput *= 1.0 + rng.normal(0.0, sigma / 100.0)
                     if spec.outlier_share > 0 and rng.random() < spec.outlier_share:
                         tput *= 1.0 - rng.uniform(*spec.outlier_pct) / 100.0
                     points.append(
@@ -321,6 +325,15 @@ def header(spec: Landscape) -> list[str]:
         f"Noise: {spec.repeats} repeats; throughput x (1 + N(0, {spec.noise_pct}%)) per repeat;"
         f" a_i x (1 + N(0, {spec.acceptance_noise_pct}%)) kept non-increasing;"
         f" numpy default_rng seed {spec.seed}.",
+        *(
+            [
+                "Noise by concurrency (replacing the sigma above there): "
+                + ", ".join(f"c={c} {sigma:g}%" for c, sigma in spec.noise_by_concurrency)
+                + " (shaped like vllm#53436)."
+            ]
+            if spec.noise_by_concurrency
+            else []
+        ),
         *(
             [
                 f"Outliers: a share {spec.outlier_share:g} of repeats slowed by"

@@ -143,29 +143,9 @@ def run_strategy(
     Returns a dict with :data:`RESULT_KEYS`. ``engine_seconds_to_target`` is None when the
     target is never reached (or not held to the end of the run).
     """
-    from autotune import api
     from autotune.recommend.choose import choose
-    from autotune.store import FINISHED_STATES, Store
 
-    if strategy not in SAMPLERS:
-        raise ValueError(f"unknown strategy {strategy!r}; known: {', '.join(SAMPLERS)}")
-    if strategy not in available_strategies():
-        raise SpecError("Optuna's GP sampler needs scipy (pip install scipy)", source="gp")
-    path = Path(landscape).resolve()
-    points = read_landscape(path)
-    data = study_from_landscape(path, f"bench-{strategy}-{seed}", strategy, seed, repeats)
-    truth = landscape_truth(points, data["repeats"])
-    with tempfile.TemporaryDirectory(prefix="autotune-bench-", dir=_scratch_dir()) as tmp:
-        # A file, not :memory:: Optuna's RDBStorage opens connections of its own.
-        store = Store(f"sqlite:///{Path(tmp) / 'bench.db'}")
-        try:
-            api.create_study(store, data=data, source=str(path))
-            api.run_study(store, data["name"])
-            record = store.get_study(data["name"])
-            trials = [t for t in store.trials(record) if t.state in FINISHED_STATES]
-            rows = store.measurements(study=data["name"])
-        finally:
-            store.dispose()
+    truth, trials, rows = _replayed(landscape, strategy, seed, repeats)
 
     by_trial: dict[int, list[Any]] = defaultdict(list)
     for r in rows:
@@ -191,6 +171,110 @@ def run_strategy(
         "final_regret_pct": round(worst[-1], 4) if worst else 100.0,
         "grid_engine_seconds": round(truth.grid_engine_seconds, 3),
     }
+
+
+def _replayed(
+    landscape: Path | str, strategy: str, seed: int, repeats: int | None
+) -> tuple[Truth, list[Any], list[Any]]:
+    """Run ``strategy`` once on ``landscape`` (a fresh SQLite store in a temp dir): the
+    landscape's truth, the finished trials in start order and every stored measurement."""
+    from autotune import api
+    from autotune.store import FINISHED_STATES, Store
+
+    if strategy not in SAMPLERS:
+        raise ValueError(f"unknown strategy {strategy!r}; known: {', '.join(SAMPLERS)}")
+    if strategy not in available_strategies():
+        raise SpecError("Optuna's GP sampler needs scipy (pip install scipy)", source="gp")
+    path = Path(landscape).resolve()
+    points = read_landscape(path)
+    data = study_from_landscape(path, f"bench-{strategy}-{seed}", strategy, seed, repeats)
+    truth = landscape_truth(points, data["repeats"])
+    with tempfile.TemporaryDirectory(prefix="autotune-bench-", dir=_scratch_dir()) as tmp:
+        # A file, not :memory:: Optuna's RDBStorage opens connections of its own.
+        store = Store(f"sqlite:///{Path(tmp) / 'bench.db'}")
+        try:
+            api.create_study(store, data=data, source=str(path))
+            api.run_study(store, data["name"])
+            record = store.get_study(data["name"])
+            trials = [t for t in store.trials(record) if t.state in FINISHED_STATES]
+            rows = store.measurements(study=data["name"])
+        finally:
+            store.dispose()
+    return truth, trials, rows
+
+
+@dataclass(frozen=True)
+class LevelAnswer:
+    """One level's final answer under the margin rule (:mod:`autotune.search.verdict`), scored
+    against the landscape's truth."""
+
+    workload: str
+    concurrency: int
+    answer: Config | None
+    verdict: str
+    """``tie``, ``undecided`` or ``decided`` between the level's two best medians; ``alone``
+    when one config was measured there."""
+    shortfall_pct: float
+    """How far below the level's true best the answer is, in percent."""
+    repeats: int
+    """The answer's repeats at the level."""
+    chosen_shortfall_pct: float = 100.0
+    """The shortfall of what ``autotune.recommend.choose`` answers there (its tie rule)."""
+
+
+def final_answers(
+    landscape: Path | str, strategy: str, seed: int = 0, repeats: int | None = None
+) -> list[LevelAnswer]:
+    """Run ``strategy`` once and answer every level as the margin rule does: the two best
+    configs by median (a screening run, measured once where others were repeated, is none);
+    within 1 % the smaller N, else the higher median, called *undecided* where the 95 %
+    interval of the ratio of their medians still contains 1."""
+    from autotune.recommend.choose import choose
+    from autotune.search.verdict import verdict
+
+    truth, _, rows = _replayed(landscape, strategy, seed, repeats)
+    cells: dict[Level, dict[Config, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for r in rows:
+        knobs = params_key(knob_params(r.speculative_config)) if truth.knobs else ""
+        config = (r.method, r.draft, r.num_speculative_tokens, knobs)
+        cells[(r.workload, r.concurrency)][config].append(r.output_throughput_tok_s)
+    out = []
+    for level in truth.levels:
+        runs = cells.get(level, {})
+        most = max((len(v) for v in runs.values()), default=0)
+        ranked = sorted(
+            (c for c, v in runs.items() if len(v) >= min(2, most)),
+            key=lambda c: statistics.median(runs[c]),
+            reverse=True,
+        )
+        answer: Config | None = ranked[0] if ranked else None
+        said = "alone"
+        if len(ranked) > 1:
+            a, b = ranked[0], ranked[1]
+            said = verdict(runs[a], runs[b])
+            if said == "tie":  # the smaller N, then no draft model
+                answer = min((a, b), key=lambda c: (c[2], c[1] is not None))
+        out.append(
+            LevelAnswer(
+                level[0],
+                level[1],
+                answer,
+                said,
+                truth.regret_pct(level, answer),
+                len(runs.get(answer, ())) if answer is not None else 0,
+                _regret_of(truth, level, choose(rows, *level) if rows else None),
+            )
+        )
+    return out
+
+
+def _regret_of(truth: Truth, level: Level, choice: Any) -> float:
+    """The truth's regret of a :class:`autotune.recommend.choose.Choice`'s best config."""
+    if choice is None:
+        return 100.0
+    best = choice.best
+    knobs = params_key(knob_params(best.speculative_config)) if truth.knobs else ""
+    return truth.regret_pct(level, (best.method, best.draft, best.num_speculative_tokens, knobs))
 
 
 def _scratch_dir() -> str | None:

@@ -524,6 +524,8 @@ def _run(
     )
     if summary.confirm_note:  # what confirmation across engine starts found and cost
         click.echo(summary.confirm_note)
+    if summary.replay_note:  # a replay never serves a recorded repeat twice
+        click.echo(summary.replay_note)
     if summary.unmeasured is not None:  # the wall budget stopped it: say what is left
         db = f"--db {shlex.quote(store.shown_url)} " if ctx.db else ""
         left = f"{summary.unmeasured} engine config{'s' if summary.unmeasured != 1 else ''}"

@@ -50,6 +50,9 @@ class TrialJob:
     resumed: Sequence[Measurement] = ()
     """The cells an interrupted run of this trial measured (stored already): the job counts
     them as measured and its engine continues after them (``Engine.resume_after``)."""
+    drawn: Sequence[Measurement] = ()
+    """The config's measurements in the study's earlier trials (a drift check's first baseline
+    run): its engine continues after them too, so a replay never serves a recorded repeat twice."""
 
 
 def next_cell(job: TrialJob, measured: Sequence[Measurement]) -> Cell | None:

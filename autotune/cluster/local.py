@@ -67,7 +67,7 @@ def job_events(engine: Engine, job: TrialJob) -> Generator[TrialEvent, None, Non
     end: TrialEvent
     try:
         info = engine.start(job.config)
-        engine.resume_after(job.resumed)
+        engine.resume_after([*job.drawn, *job.resumed])
         yield Started(job.trial_id, info)
         if job.warmup_requests and job.workloads:
             engine.warmup(job.workloads[0], job.warmup_requests)

@@ -308,7 +308,7 @@ class RayPool:
             )
             self.actors_created += 1
         run = _Running(job=job, actor=actor, node_id=node_id, measured=list(job.resumed))
-        run.ref = actor.start.remote(job.config, list(job.workloads), list(job.resumed))
+        run.ref = actor.start.remote(job.config, list(job.workloads), [*job.drawn, *job.resumed])
         run.deadline = time.monotonic() + job.start_timeout_s
         self._running[run.ref] = run
         self.engines_started += 1

@@ -1,9 +1,15 @@
 """The ``replay`` backend: serves a recorded landscape as if it were engines.
 
 Starting a config costs its recorded ``engine_start_s``; a measurement costs its recorded
-``measure_s`` and returns one recorded repeat, without replacement: each config cycles through a
-seeded permutation of a cell's recorded repeats (a fresh permutation each cycle), so k replayed
-repeats of a cell recorded k times are exactly the recorded ones and show the recorded spread. By default no time
+``measure_s`` and returns one recorded repeat, without replacement: each config draws a cell's
+recorded repeats in a seeded permutation, so k replayed repeats of a cell recorded k times are
+exactly the recorded ones and show the recorded spread. A replay never serves a recorded repeat
+twice (a copy would count as new evidence, narrowing intervals on nothing): a draw past a cell's
+recorded repeats is an EngineError, and the search asks for none (:func:`recorded_repeats`
+tells it how many there are). The draws an engine made are a function of the config's measurements
+so far, which the job hands over (``resume_after``: a reopened trial's own and the config's earlier
+trials'), not of the engine instance, so a restarted driver or another Ray actor draws exactly
+what one uninterrupted engine would. By default no time
 passes: the costs are reported, and the tuner's engine-second accounting adds them up. With
 ``time_scale`` the engine also sleeps for the recorded times multiplied by it (e.g. 0.001), so
 several replay engines in a Ray pool overlap in wall time the way real engines would: the scale
@@ -17,11 +23,12 @@ are the study's, which the file did not keep.
 
 from __future__ import annotations
 
+import functools
 import random
 import statistics
 import time
-from collections import defaultdict
-from collections.abc import Sequence
+from collections import Counter, defaultdict
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from autotune.engine._base import (
@@ -64,10 +71,9 @@ class ReplayEngine(Engine):
             self._by_config[p.config].append(p)
         self._current: Config | None = None
         self._key = ""
-        self._cycles: dict[tuple[str, str, int], tuple[random.Random, list[LandscapePoint]]] = {}
-        """(config key, workload, concurrency) -> the cell's RNG and the repeats left in its
-        current permutation; kept across engine starts, so a config started again (the drift
-        check's second baseline) continues its cycle."""
+        self._drawn: Counter[tuple[str, int]] = Counter()
+        """(workload, concurrency) -> the recorded repeats of the started config drawn so far
+        (this engine's and those ``resume_after`` was told of)."""
 
     def workload_digest(self, workload: str) -> str:
         return f"landscape:{self.digest}:{workload}"
@@ -84,6 +90,7 @@ class ReplayEngine(Engine):
             )
         self._current = key
         self._key = config.key()
+        self._drawn = Counter()
         start_s = statistics.median(p.engine_start_s for p in rows)
         self._sleep(start_s)
         return EngineInfo(
@@ -96,9 +103,7 @@ class ReplayEngine(Engine):
 
     def resume_after(self, measured: Sequence[Measurement]) -> None:
         for m in measured:  # the draws an uninterrupted engine made for these cells
-            rows = self._rows(m.workload, m.concurrency)
-            if rows:
-                self._draw(m.workload, m.concurrency, rows)
+            self._drawn[(m.workload, m.concurrency)] += 1
 
     def _rows(self, workload: str, concurrency: int) -> list[LandscapePoint]:
         assert self._current is not None
@@ -152,18 +157,19 @@ class ReplayEngine(Engine):
         )
 
     def _draw(self, workload: str, concurrency: int, rows: list[LandscapePoint]) -> LandscapePoint:
-        """The next recorded repeat of the cell in the config's current permutation. Each
-        config has its own seeded stream: one shared stream would give every config the same
-        repeat order."""
-        cell = (self._key, workload, concurrency)
-        if cell not in self._cycles:
-            rng = random.Random(f"{self.seed}:{self._key}:{workload}:{concurrency}")
-            self._cycles[cell] = (rng, [])
-        rng, left = self._cycles[cell]
-        if not left:
-            left.extend(sorted(rows, key=lambda r: r.repeat))
-            rng.shuffle(left)
-        return left.pop()
+        """The next recorded repeat of the cell in the config's seeded permutation. Each
+        config has its own seeded order: one shared order would give every config the same
+        repeat order. Past the last recorded repeat nothing is served: a copy is no evidence."""
+        k = self._drawn[(workload, concurrency)]
+        if k >= len(rows):
+            assert self._current is not None
+            raise EngineError(
+                f"the landscape {self.path.name} recorded {len(rows)} repeat(s) of "
+                f"{self._current[0]} N={self._current[2]} {workload} at concurrency "
+                f"{concurrency}; a replay serves each once"
+            )
+        self._drawn[(workload, concurrency)] = k + 1
+        return _permutation(f"{self.seed}:{self._key}:{workload}:{concurrency}", rows)[-1 - k]
 
     def stop(self) -> None:
         self._current = None
@@ -171,3 +177,28 @@ class ReplayEngine(Engine):
     def _sleep(self, recorded_s: float) -> None:
         if self.time_scale > 0:
             time.sleep(recorded_s * self.time_scale)
+
+
+def _permutation(seed: str, rows: Sequence[LandscapePoint]) -> list[LandscapePoint]:
+    """The cell's recorded repeats in the seeded order a replay draws them (from the end)."""
+    order = sorted(rows, key=lambda r: r.repeat)
+    random.Random(seed).shuffle(order)
+    return order
+
+
+@functools.lru_cache(maxsize=16)
+def _recorded(path: str, mtime_ns: int) -> tuple[bool, Mapping[tuple[Config, str, int], int]]:
+    counts: Counter[tuple[Config, str, int]] = Counter()
+    for p in read_landscape(Path(path)):
+        counts[(p.config, p.workload, p.concurrency)] += 1
+    return has_params(Path(path)), dict(counts)
+
+
+def recorded_repeats(landscape: Path | str, config: EngineConfig) -> dict[tuple[str, int], int]:
+    """(workload, concurrency) -> how many repeats the landscape recorded of ``config`` there
+    (matched as :meth:`ReplayEngine.start` matches it): the most a replay can serve."""
+    path = Path(landscape)
+    with_params, counts = _recorded(str(path), path.stat().st_mtime_ns)
+    knobs = params_key(config.method_params) if with_params else ""
+    key = (config.method, config.draft, config.num_speculative_tokens, knobs)
+    return {(w, c): n for (k, w, c), n in counts.items() if k == key}

@@ -36,7 +36,7 @@ from autotune.evidence.objectives import measurement_value
 from autotune.evidence.scores import ConfigScore
 from autotune.recommend.choose import Choice
 from autotune.search.space import SearchSpace
-from autotune.search.strategy import noisy_cell
+from autotune.search.strategy import Limits, can_measure, noisy_cell
 from autotune.search.wall_budget import WallBudget
 from autotune.spec.loader import ResolvedStudy
 from autotune.spec.methods import config_id
@@ -264,18 +264,26 @@ class Budget:
 
 
 def confirm_cell(
-    study: ResolvedStudy, levels: Sequence[Level], measured: Sequence[Measurement]
+    study: ResolvedStudy,
+    levels: Sequence[Level],
+    measured: Sequence[Measurement],
+    limits: Limits | None = None,
 ) -> Cell | None:
     """The next cell of a confirmation start: the protocol's planned cells at ``levels`` only
-    (repeats outermost), then its sequential re-runs there."""
+    (repeats outermost), then its sequential re-runs there, within ``limits`` (a replay's
+    recorded repeats its earlier starts left)."""
     done = {(m.workload, m.concurrency, m.repeat) for m in measured}
     wanted = set(levels)
     for r in range(study.spec.repeats):
         for w in study.measured_names():
             for c in study.spec.concurrency:
-                if (w, c) in wanted and (w, c, r) not in done:
+                if (
+                    (w, c) in wanted
+                    and (w, c, r) not in done
+                    and can_measure(limits, (w, c), measured)
+                ):
                     return Cell(workload=w, concurrency=c, repeat=r)
-    return noisy_cell(study, measured)
+    return noisy_cell(study, measured, limits)
 
 
 @dataclass

@@ -46,7 +46,16 @@ from autotune.evidence.objectives import METRICS, study_slo
 from autotune.evidence.points import point
 from autotune.perf import PerfModel, Point
 from autotune.search.space import Option, SearchSpace
-from autotune.search.strategy import SearchState, noisy_cell, plan_cells
+from autotune.search.strategy import (
+    Limits,
+    SearchState,
+    can_measure,
+    noisy_cell,
+    plan_cells,
+    repeat_limits,
+    undecided_cell,
+    wants_more,
+)
 from autotune.spec.catalog import AcceptanceCurve, acceptance_curves
 from autotune.spec.loader import ResolvedStudy
 from autotune.spec.methods import BASELINE, METHODS, config_id
@@ -143,8 +152,9 @@ class ModelStrategy:
         self.reason = ""
         self.screen_sigmas = screen_sigmas
         self.close_call_cells = close_call_cells
-        """Extra repeats for close calls per run (None: one per level)."""
-        self._close_calls = 0
+        """Extra repeats for close calls per study (None: one per level); the ones taken are
+        counted from the stored measurements (:func:`close_calls_taken`), not by this instance,
+        so a resumed study, a takeover or another driver spends the allowance once."""
         self._levels: dict[str, frozenset[Level]] = {}
         """Config key -> the levels its engine measures (decided when it is proposed)."""
         self.margin_pct = margin_pct
@@ -327,12 +337,15 @@ class ModelStrategy:
             screen = 1 + self.screen_sigmas * noise.get(level, self.noise_floor)
             return best is None or statistics.median(mine[level]) * screen >= best
 
+        limits = repeat_limits(state.study, config, state.rows)
         while True:
             wanted = self._levels[key]
             for cell in plan_cells(state.study):
                 level = (cell.workload, cell.concurrency)
                 if (cell.workload, cell.concurrency, cell.repeat) in taken or level not in wanted:
                     continue
+                if not can_measure(limits, level, measured):
+                    continue  # a replay's recorded repeats are all drawn here
                 if cell.repeat == 0 or config.num_speculative_tokens == 0 or not mine.get(level):
                     return cell
                 if in_reach(level):
@@ -348,10 +361,20 @@ class ModelStrategy:
             # noise of the level's best.
             extra = rest if contender else self._within_noise(state, config, rest)
             if not extra:
-                return noisy_cell(state.study, measured) or self._close_call(state, mine)
+                return (
+                    noisy_cell(state.study, measured, limits)
+                    or undecided_cell(state.study, config, state.rows, measured, limits)
+                    or self._close_call(state, mine, measured, limits)
+                )
             self._levels[key] = wanted | extra
 
-    def _close_call(self, state: SearchState, mine: Mapping[Level, list[float]]) -> Cell | None:
+    def _close_call(
+        self,
+        state: SearchState,
+        mine: Mapping[Level, list[float]],
+        measured: Sequence[Measurement],
+        limits: Limits | None,
+    ) -> Cell | None:
         """One more repeat where this engine's config and the level's best other config lie
         within the noise of each other (the top two), while the study's allowance of such
         cells lasts: the choice between them should not rest on the luck of a few repeats.
@@ -360,13 +383,13 @@ class ModelStrategy:
         allowance = self.close_call_cells
         if allowance is None:
             allowance = len(_levels_of(state.study))
-        if self._close_calls >= allowance:
+        if close_calls_taken(state.study, state.rows, measured) >= allowance:
             return None
         cells = _cells(_current_rows(state.rows))
         noise = self._noise(cells)
         others = _by_level(cells)
         for level, tputs in sorted(mine.items()):
-            if not full <= len(tputs) < 2 * full:
+            if not full <= len(tputs) < 2 * full or not can_measure(limits, level, measured):
                 continue
             rivals = sorted(
                 (p.output_throughput_tok_s for p in others.get(level, ())), reverse=True
@@ -375,7 +398,6 @@ class ModelStrategy:
             if not rivals or (len(rivals) > 1 and median < rivals[1]):
                 continue  # not one of the top two
             if abs(median / rivals[0] - 1) <= 2 * noise:
-                self._close_calls += 1
                 return Cell(workload=level[0], concurrency=level[1], repeat=len(tputs))
         return None
 
@@ -752,6 +774,29 @@ class ModelStrategy:
             if w == workload
         ]
         return PerfModel.fit(points, noise_floor=noise)
+
+
+def close_calls_taken(
+    study: ResolvedStudy, rows: Sequence[MeasurementRecord], measured: Sequence[Measurement]
+) -> int:
+    """The close-call repeats the study took so far (:meth:`ModelStrategy._close_call`), read
+    from the measurements themselves: the stored ``rows`` (per trial) and a running engine's
+    ``measured``. A level's repeat beyond the study's ``repeats`` was a close call exactly when
+    the re-run rule (:func:`autotune.search.strategy.wants_more`) did not ask for it: an engine
+    takes a close call only once no level of it wants a re-run. The repeats an undecided level
+    took (:func:`autotune.search.strategy.undecided_cell`) count too: both are extra repeats
+    spent on the choice between a level's two best."""
+    runs: dict[tuple[int | None, Level], list[Measurement]] = defaultdict(list)
+    for r in sorted(rows, key=lambda r: (r.trial_id, r.repeat)):
+        runs[(r.trial_id, (r.workload, r.concurrency))].append(r)
+    for m in sorted(measured, key=lambda m: m.repeat):
+        runs[(None, (m.workload, m.concurrency))].append(m)
+    full = study.spec.repeats
+    return sum(
+        not wants_more(study, level_runs[:k])
+        for level_runs in runs.values()
+        for k in range(full, len(level_runs))
+    )
 
 
 def prior_anchor_n(curves: Sequence[AcceptanceCurve], n_values: Sequence[int]) -> int | None:

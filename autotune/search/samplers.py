@@ -17,7 +17,13 @@ from autotune.engine._base import EngineConfig, Measurement
 from autotune.evidence.objectives import level_medians
 from autotune.search.objective import METRIC
 from autotune.search.space import SearchSpace
-from autotune.search.strategy import SearchState, Strategy, noisy_cell, plan_cells
+from autotune.search.strategy import (
+    SearchState,
+    Strategy,
+    protocol_cell,
+    repeat_limits,
+    undecided_cell,
+)
 from autotune.spec.labels import Labels
 
 SAMPLERS = ("model", "grid", "random", "tpe", "gp")
@@ -67,6 +73,52 @@ def _grid_sampler(seed: int) -> Any:
     return GridSampler(seed=seed)
 
 
+SAMPLER_STATE = "autotune:sampler_random_state"
+"""The Optuna study's user attribute holding its sampler's random state after the last ask: a
+resumed study, a takeover or another driver restores it, so a sampler continues the one stream
+an uninterrupted driver would have drawn (a sampler made afresh from its seed would start it
+over and propose other configs)."""
+
+
+def _random_states(sampler: Any, prefix: str = "") -> list[tuple[str, Any]]:
+    """(attribute path, numpy RandomState) of every random state a sampler holds, its nested
+    samplers' too (TPE's and GP's independent RandomSampler)."""
+    import numpy as np
+    from optuna.samplers import BaseSampler
+    from optuna.samplers._lazy_random_state import LazyRandomState
+
+    out: list[tuple[str, Any]] = []
+    for name, value in sorted(vars(sampler).items()):
+        if isinstance(value, LazyRandomState):
+            out.append((prefix + name, value.rng))
+        elif isinstance(value, np.random.RandomState):
+            out.append((prefix + name, value))
+        elif isinstance(value, BaseSampler):
+            out += _random_states(value, f"{prefix}{name}.")
+    return out
+
+
+def random_state(sampler: Any) -> dict[str, list[Any]]:
+    """The sampler's random states as JSON (Mersenne Twister keys, position, Gaussian cache)."""
+    out: dict[str, list[Any]] = {}
+    for path, rng in _random_states(sampler):
+        kind, keys, pos, has_gauss, gauss = rng.get_state()
+        out[path] = [kind, [int(k) for k in keys], int(pos), int(has_gauss), float(gauss)]
+    return out
+
+
+def restore_random_state(sampler: Any, state: dict[str, list[Any]]) -> None:
+    """Set the sampler's random states to ``state`` (:func:`random_state`); paths it does not
+    hold are left alone."""
+    import numpy as np
+
+    for path, rng in _random_states(sampler):
+        saved = state.get(path)
+        if saved is not None:
+            kind, keys, pos, has_gauss, gauss = saved
+            rng.set_state((kind, np.array(keys, dtype=np.uint32), pos, has_gauss, gauss))
+
+
 class OptunaMirror:
     """The study's Optuna study (``autotune:NAME`` in the same database)."""
 
@@ -80,7 +132,8 @@ class OptunaMirror:
     ) -> None:
         """``storage``: Optuna's storage on the study store (``Store.optuna_storage()``). A
         dead driver's RUNNING trials were failed by ``autotune.search.protocol`` under the
-        study's lease."""
+        study's lease. The sampler's random state is stored with the study after every ask
+        and restored here (:data:`SAMPLER_STATE`)."""
         import optuna
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -97,6 +150,9 @@ class OptunaMirror:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             self.study.set_metric_names([metric])
+        stored = self.study.user_attrs.get(SAMPLER_STATE)
+        if stored is not None:
+            restore_random_state(sampler, stored)
         self._asked: dict[str, Any] = {}
         """Config key -> the running Optuna trial a sampler proposed it in."""
 
@@ -104,7 +160,9 @@ class OptunaMirror:
         """A config the sampler proposes (an enqueued one first) and its running trial: the
         caller either ``hold``s it until the config is recorded or ``answer_again``s it."""
         trial = self.study.ask()
-        return self.space.suggest(trial), trial
+        config = self.space.suggest(trial)
+        self.study.set_user_attr(SAMPLER_STATE, random_state(self.study.sampler))
+        return config, trial
 
     def hold(self, config: EngineConfig, trial: Any) -> None:
         self._asked[config.key()] = trial
@@ -222,12 +280,10 @@ class OptunaStrategy:
     def next_cell(
         self, state: SearchState, config: EngineConfig, measured: Sequence[Measurement]
     ) -> Cell | None:
-        done = {(m.workload, m.concurrency, m.repeat) for m in measured}
-        cells = plan_cells(state.study)
-        planned = next(
-            (c for c in cells if (c.workload, c.concurrency, c.repeat) not in done), None
+        limits = repeat_limits(state.study, config, state.rows)
+        return protocol_cell(state.study, measured, limits) or undecided_cell(
+            state.study, config, state.rows, measured, limits
         )
-        return planned or noisy_cell(state.study, measured)
 
     def observe(self, config: EngineConfig, value: float | None) -> None:
         """Nothing to do: the sampler reads every trial from the mirror."""

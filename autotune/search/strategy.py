@@ -20,6 +20,7 @@ from autotune.engine._base import EngineConfig, Measurement
 from autotune.evidence.scores import DEFAULT_PRECISION_PCT, median_ci_halfwidth_pct
 from autotune.search.space import SearchSpace
 from autotune.spec.loader import ResolvedStudy
+from autotune.spec.methods import config_id
 from autotune.store import MeasurementRecord
 
 
@@ -73,6 +74,65 @@ class Strategy(Protocol):
         """How many engine configs the strategy expects the study to start in all (measured,
         running and still to come), as far as it can tell now: the progress total."""
         ...
+
+
+Level = tuple[str, int]
+"""(workload, concurrency)."""
+
+Limits = Mapping[Level, int]
+"""Level -> how many repeats an engine may take there at most (a replay's recorded ones left)."""
+
+
+def repeat_limits(
+    study: ResolvedStudy,
+    config: EngineConfig,
+    rows: Sequence[MeasurementRecord],
+    trial_id: int | None = None,
+) -> Limits | None:
+    """On a replay, per level: the repeats of ``config`` the landscape recorded there, less
+    those its other trials (``rows``, leaving out ``trial_id``'s) drew already; None on a real
+    engine, which can always measure once more. A replay serves each recorded repeat once, so
+    an engine never asks past these: a copy would count as new evidence."""
+    if study.spec.engine.kind != "replay" or study.landscape is None:
+        return None
+    from autotune.engine.replay import recorded_repeats
+
+    left = dict(recorded_repeats(study.landscape, config))
+    mine = config_id(config.speculative_config())
+    for r in rows:
+        level = (r.workload, r.concurrency)
+        if r.trial_id != trial_id and level in left and config_id(r.speculative_config) == mine:
+            left[level] -= 1
+    return {level: max(0, n) for level, n in left.items()}
+
+
+def short_of_repeats(study: ResolvedStudy, space: SearchSpace) -> str:
+    """On a replay, what of the study's ``repeats`` it cannot honour (one line; "" when it can
+    honour all): the cells whose landscape recorded fewer repeats, which keep only those."""
+    if study.spec.engine.kind != "replay" or study.landscape is None:
+        return ""
+    from autotune.engine.replay import recorded_repeats
+
+    want = study.spec.repeats
+    counts = [
+        n for config in space.configs() for n in recorded_repeats(study.landscape, config).values()
+    ]
+    short = [n for n in counts if n < want]
+    if not short:
+        return ""
+    return (
+        f"replay: repeats {want} cannot be honoured at {len(short)} of {len(counts)} recorded "
+        f"cells (the landscape recorded {min(short)}-{max(short)} there; a replay serves each "
+        "recorded repeat once, so those cells keep only theirs)"
+    ).replace(f"{min(short)}-{min(short)} ", f"{min(short)} ")
+
+
+def can_measure(limits: Limits | None, level: Level, measured: Sequence[Measurement]) -> bool:
+    """Whether an engine that ``measured`` these cells may take one more at ``level``."""
+    if limits is None:
+        return True
+    taken = sum((m.workload, m.concurrency) == level for m in measured)
+    return taken < limits.get(level, taken + 1)  # a level never recorded fails like an engine
 
 
 def plan_cells(study: ResolvedStudy) -> list[Cell]:
@@ -129,18 +189,51 @@ def drift_check_enabled(study: ResolvedStudy) -> bool:
     return study.spec.engine.kind != "replay" if d is None else d
 
 
-def protocol_cell(study: ResolvedStudy, measured: Sequence[Measurement]) -> Cell | None:
-    """The next cell of the full protocol (every planned cell, then the sequential re-runs):
-    what an engine measures when no strategy screens its levels (the drift check's second
-    baseline)."""
+def protocol_cell(
+    study: ResolvedStudy, measured: Sequence[Measurement], limits: Limits | None = None
+) -> Cell | None:
+    """The next cell of the full protocol (every planned cell, then the sequential re-runs),
+    within ``limits``: what an engine measures when no strategy screens its levels (the drift
+    check's second baseline, an Optuna sampler's configs)."""
     done = {(m.workload, m.concurrency, m.repeat) for m in measured}
     planned = next(
-        (c for c in plan_cells(study) if (c.workload, c.concurrency, c.repeat) not in done), None
+        (
+            c
+            for c in plan_cells(study)
+            if (c.workload, c.concurrency, c.repeat) not in done
+            and can_measure(limits, (c.workload, c.concurrency), measured)
+        ),
+        None,
     )
-    return planned or noisy_cell(study, measured)
+    return planned or noisy_cell(study, measured, limits)
 
 
-def noisy_cell(study: ResolvedStudy, measured: Sequence[Measurement]) -> Cell | None:
+def wants_more(study: ResolvedStudy, runs: Sequence[Measurement]) -> bool:
+    """Whether the study's re-run rule (see :func:`noisy_cell`) asks for one more run of a level
+    this engine measured ``runs`` times (at least ``repeats``), limits aside."""
+    m = study.spec.measurement
+    full = study.spec.repeats
+    if not m.remeasure_noisy or len(runs) < full:
+        return False
+    tputs = [x.output_throughput_tok_s for x in runs]
+    if uses_precision_rule(study):
+        return not precise_enough(
+            tputs,
+            sum(x.measure_s for x in runs),
+            repeats=full,
+            precision_pct=precision_pct(study),
+            max_repeats=m.max_repeats,
+            max_level_s=m.max_level_s,
+        )
+    if len(tputs) < max(full, 2) or len(tputs) >= 2 * full:
+        return False
+    median = statistics.median(tputs)
+    return median > 0 and (max(tputs) - min(tputs)) / median > m.max_spread_pct / 100.0
+
+
+def noisy_cell(
+    study: ResolvedStudy, measured: Sequence[Measurement], limits: Limits | None = None
+) -> Cell | None:
     """One more run of a level that is not yet measured precisely enough on this warm engine
     (both strategies call it once their planned cells are done); None: none is.
 
@@ -149,32 +242,62 @@ def noisy_cell(study: ResolvedStudy, measured: Sequence[Measurement]) -> Cell | 
     ``measurement.precision_pct``, up to ``max_repeats`` runs or ``max_level_s`` seconds. A
     replay study (unless it sets ``precision_pct``) keeps the older rule: one more run while the
     repeats spread wider than ``max_spread_pct`` ((max - min) / median), up to twice the
-    repeats. ``remeasure_noisy: false`` keeps exactly ``repeats`` per level either way."""
-    m = study.spec.measurement
-    if not m.remeasure_noisy:
-        return None
-    full = study.spec.repeats
+    repeats. ``remeasure_noisy: false`` keeps exactly ``repeats`` per level either way. A level at
+    its ``limits`` (a replay's recorded repeats) is not run again."""
     levels: dict[tuple[str, int], list[Measurement]] = defaultdict(list)
     for x in measured:
         levels[(x.workload, x.concurrency)].append(x)
-    precision = uses_precision_rule(study)
     for (workload, concurrency), runs in sorted(levels.items()):
-        tputs = [x.output_throughput_tok_s for x in runs]
-        if precision:
-            done = precise_enough(
-                tputs,
-                sum(x.measure_s for x in runs),
-                repeats=full,
-                precision_pct=precision_pct(study),
-                max_repeats=m.max_repeats,
-                max_level_s=m.max_level_s,
-            )
-            if not done and len(tputs) >= full:
-                return Cell(workload=workload, concurrency=concurrency, repeat=len(tputs))
+        if wants_more(study, runs) and can_measure(limits, (workload, concurrency), measured):
+            return Cell(workload=workload, concurrency=concurrency, repeat=len(runs))
+    return None
+
+
+def undecided_cell(
+    study: ResolvedStudy,
+    config: EngineConfig,
+    rows: Sequence[MeasurementRecord],
+    measured: Sequence[Measurement],
+    limits: Limits | None = None,
+) -> Cell | None:
+    """One more repeat of a level where this warm engine's config is one of the level's two
+    best by median and its verdict against the other (:func:`autotune.search.verdict.verdict`)
+    is *undecided*: sequential stopping, until the two are decided or tied, or a cap is hit
+    (``max_repeats`` runs, default 3 x ``repeats``; ``max_level_s`` on this engine; a replay's
+    recorded repeats, ``limits``). ``rows``: the other configs' stored measurements (of this
+    engine's prompt sets); a config measured once there (a screening run) is no contender.
+    None: no level of this engine is undecided."""
+    from autotune.search.verdict import verdict
+
+    m = study.spec.measurement
+    full = study.spec.repeats
+    cap = max(full, m.max_repeats if m.max_repeats is not None else 3 * full)
+    mine = config_id(config.speculative_config())
+    runs: dict[Level, list[Measurement]] = defaultdict(list)
+    for x in measured:
+        runs[(x.workload, x.concurrency)].append(x)
+    digests = {x.workload_digest for x in measured}
+    others: dict[Level, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for r in rows:
+        key = config_id(r.speculative_config)
+        if key != mine and r.workload_digest in digests and r.output_throughput_tok_s > 0:
+            others[(r.workload, r.concurrency)][key].append(r.output_throughput_tok_s)
+    for level, here in sorted(runs.items()):
+        n = len(here)
+        if n < full or n >= cap or sum(x.measure_s for x in here) >= m.max_level_s:
             continue
-        if len(tputs) < max(full, 2) or len(tputs) >= 2 * full:
+        if not can_measure(limits, level, measured):
             continue
-        median = statistics.median(tputs)
-        if median > 0 and (max(tputs) - min(tputs)) / median > m.max_spread_pct / 100.0:
-            return Cell(workload=workload, concurrency=concurrency, repeat=len(tputs))
+        tputs = [x.output_throughput_tok_s for x in here]
+        rivals = sorted(
+            (v for v in others.get(level, {}).values() if len(v) >= 2),
+            key=statistics.median,
+            reverse=True,
+        )
+        if not rivals:
+            continue
+        if len(rivals) > 1 and statistics.median(tputs) < statistics.median(rivals[1]):
+            continue  # not one of the two best
+        if verdict(tputs, rivals[0]) == "undecided":
+            return Cell(workload=level[0], concurrency=level[1], repeat=n)
     return None

@@ -66,14 +66,17 @@ from autotune.search.space import SearchSpace
 from autotune.search.strategy import (
     SearchState,
     Strategy,
+    can_measure,
     drift_check_enabled,
     plan_cells,
     protocol_cell,
+    repeat_limits,
+    short_of_repeats,
 )
 from autotune.search.wall_budget import WallBudget
 from autotune.spec.labels import Labels
 from autotune.spec.loader import ResolvedStudy
-from autotune.spec.methods import BASELINE
+from autotune.spec.methods import BASELINE, config_id
 from autotune.store import FINISHED_STATES, MeasurementRecord, Store, StudyRecord
 
 
@@ -140,6 +143,8 @@ class RunSummary:
     """This run's confirmation starts (:mod:`autotune.search.confirm`) and what they cost."""
     confirm_note: str = ""
     """What confirmation found and cost, one line ("" when off)."""
+    replay_note: str = ""
+    """On a replay: the ``repeats`` it cannot honour (:func:`short_of_repeats`; "" when none)."""
     wall_seconds: float = 0.0
     """The run's wall time, from its start to its last config's end."""
     wall_spent: str = ""
@@ -232,6 +237,7 @@ class Tuner:
         self.wall = WallBudget(self.study.spec.budget.max_wall_minutes)
         self._max_configs = max_configs
         strategy = self._open()
+        self.summary.replay_note = short_of_repeats(self.study, self.space)
         job = self._job_template()
         pool = self.pool_factory(self.study)
         self.reporter.begin(strategy.planned(self._state()), len(self.done))
@@ -398,19 +404,40 @@ class Tuner:
             # Runs in the driver before each cell: it sees the store as it is then. A driver
             # that lost its lease stops here, before its engine measures one more cell.
             self.store.check_lease()
+            running = self._running_rows(leave_out=trial_id)
+            limits = repeat_limits(self.study, config, [*self._rows, *running], trial_id)
             if confirm is not None:  # the protocol at the close levels only
-                return confirm_cell(self.study, confirm.levels, measured)
+                return confirm_cell(self.study, confirm.levels, measured, limits)
             if drift:  # the second baseline takes the full protocol at every level
-                return protocol_cell(self.study, measured)
+                return protocol_cell(self.study, measured, limits)
             state = self._state(leave_out=trial_id)
             # The other engines' cells so far count too: a running config's engine can be
             # screened (or cancelled) by what its rivals measured before they finished.
-            running = self._running_rows(leave_out=trial_id)
             if running:
                 state = dataclasses.replace(state, rows=[*state.rows, *running])
-            return strategy.next_cell(state, config, measured)
+            cell = strategy.next_cell(state, config, measured)
+            if cell is not None and not can_measure(
+                limits, (cell.workload, cell.concurrency), measured
+            ):
+                return None  # a replay past its recorded repeats would serve a copy
+            return cell
 
-        pool.submit(job(trial_id=trial_id, config=config, plan=plan, resumed=tuple(resumed)))
+        # A replay engine draws past the repeats the config's earlier trials drew.
+        mine = config_id(config.speculative_config())
+        drawn = [
+            r
+            for r in self._rows
+            if r.trial_id != trial_id and config_id(r.speculative_config) == mine
+        ]
+        pool.submit(
+            job(
+                trial_id=trial_id,
+                config=config,
+                plan=plan,
+                resumed=tuple(resumed),
+                drawn=tuple(drawn),
+            )
+        )
         self.reporter.trial_started(config)
 
     def _handle(self, event: TrialEvent, strategy: Strategy) -> None:

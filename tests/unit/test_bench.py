@@ -203,3 +203,24 @@ def test_repository_landscapes_are_what_the_generator_writes(tmp_path: Path):
         points = read_landscape(committed)
         assert len({p.concurrency for p in points}) >= 3
         assert len({p.repeat for p in points}) == 3
+
+
+def test_final_answers_say_undecided_where_the_intervals_overlap(tmp_path: Path):
+    """``final_answers`` answers each level by the margin rule: at c=1 N=1's median is 10 %
+    above the baseline's with ±5 % noise on three repeats (undecided, the higher median), at c=4
+    it is 20 % above with ±0.3 % (decided); both answers are the level's true best here."""
+    from autotune.bench.search import final_answers
+    from autotune.testing.landscapes import write_rows
+
+    rows = [
+        ("none", 0, 1, (100, 95, 105), ""),
+        ("none", 0, 4, (300, 301, 299), ""),
+        ("ngram", 1, 1, (110, 104, 116), "0.6"),
+        ("ngram", 1, 4, (360, 361, 359), "0.6"),
+    ]
+    land = write_rows(tmp_path / "l.csv", rows)
+    answers = {a.concurrency: a for a in final_answers(land, "grid")}
+    assert answers[1].verdict == "undecided" and answers[4].verdict == "decided"
+    assert all(a.answer is not None and a.answer[2] == 1 for a in answers.values())
+    assert answers[1].shortfall_pct == answers[4].shortfall_pct == 0.0
+    assert answers[1].repeats == answers[4].repeats == 3

@@ -25,7 +25,7 @@ from autotune.search.strategy import (
 )
 from autotune.spec.loader import ResolvedStudy
 from autotune.store import Store
-from autotune.testing.landscapes import write_rows
+from autotune.testing.landscapes import NGRAM_TWO_LEVELS, write_rows
 from autotune.testing.studies import replay_study
 
 
@@ -134,10 +134,18 @@ def test_protocol_cell_takes_every_planned_cell_then_the_re_runs(store, tmp_path
 
 # --- the drift check through the tuner ------------------------------------------------------
 
+# The baseline is started twice (the drift check), and a replay serves each recorded repeat
+# once: four recorded repeats of the baseline, two per start.
+TWICE = [
+    ("none", 0, 1, (100, 101, 99, 102), ""),
+    ("none", 0, 4, (300, 302, 301, 303), ""),
+    *NGRAM_TWO_LEVELS[2:],
+]
+
 
 @pytest.mark.parametrize("sampler", ["grid", "model"])
 def test_the_drift_check_runs_the_baseline_again_once(store, tmp_path, sampler):
-    land = write_rows(tmp_path / "l.csv")
+    land = write_rows(tmp_path / "l.csv", TWICE)
     data = replay_study(land, sampler, measurement={"drift_check": True})
     api.create_study(store, data=data, source=str(land))
     summary = api.run_study(store, "replayed")
@@ -176,7 +184,7 @@ def test_no_drift_check_without_a_baseline_or_when_off(store, tmp_path):
 
 
 def test_resume_in_the_middle_of_the_drift_check(store, tmp_path):
-    land = write_rows(tmp_path / "l.csv")
+    land = write_rows(tmp_path / "l.csv", TWICE)
     created = api.create_study(
         store, data=replay_study(land, measurement={"drift_check": True}), source=str(land)
     )
