@@ -434,9 +434,10 @@ class Tuner:
 
     def _finish(self, run: _Trial, reason: str | None, strategy: Strategy) -> None:
         del self.inflight[run.trial_id]
-        self.wall.trial_finished(run.trial_id)
-        stored = self._running.pop(run.trial_id, [])
         seconds = run.engine_seconds
+        # Engine time apart from the run's one-time start-up (Ray, model builds).
+        self.wall.trial_finished(run.trial_id, seconds)
+        stored = self._running.pop(run.trial_id, [])
         self.engine_seconds += seconds
         self.summary.engine_seconds += seconds
         value = None if reason is not None else self._objective(run.measurements)
