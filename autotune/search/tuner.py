@@ -142,6 +142,9 @@ class RunSummary:
     """What confirmation found and cost, one line ("" when off)."""
     wall_seconds: float = 0.0
     """The run's wall time, from its start to its last config's end."""
+    startup_s: float | None = None
+    """The run's one-time start-up (Ray, model builds, the first actor): the first finished
+    config's wall time beyond its engine time (None: no config finished)."""
     wall_spent: str = ""
     """When the wall budget stopped the run: the time elapsed at that decision, as the stop
     reason shows it (``5.6 min``; autotune.search.wall_budget)."""
@@ -296,6 +299,7 @@ class Tuner:
         self.summary.confirm_note = self.confirmer.note()
         self.summary.wall_seconds = self.wall.elapsed_s
         self.summary.wall_spent = self.wall.spent()
+        self.summary.startup_s = self.wall.startup_s
         if isinstance(strategy, OptunaStrategy):
             self.summary.trials_skipped = strategy.repeated_proposals
         return self.summary
