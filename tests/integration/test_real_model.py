@@ -46,43 +46,45 @@ from autotune.engine import EngineConfig
 from autotune.engine._base import MeasureSettings, Prompt, PreparedWorkload
 from autotune.engine.vllm import VLLMEngine
 
-target, draft, prompts_file, n, max_tokens, num_prompts = sys.argv[1:7]
-texts = [json.loads(line)["prompt"] for line in open(prompts_file)][: int(num_prompts)]
-workload = PreparedWorkload(
-    name="demo-code-review", digest="test-real-model",
-    prompts=[Prompt(t, int(max_tokens)) for t in texts], chat_template=True,
-)
-args = {"max_model_len": 2048, "dtype": "bfloat16", "enforce_eager": True,
-        "gpu_memory_utilization": 0.3}
-configs = {
-    "baseline": EngineConfig(model=target, engine_args=args),
-    "draft_model": EngineConfig(model=target, method="draft_model", draft=draft,
-                                num_speculative_tokens=int(n), engine_args=args),
-    "ngram": EngineConfig(model=target, method="ngram", num_speculative_tokens=int(n),
-                          method_params={"prompt_lookup_min": 2, "prompt_lookup_max": 4},
-                          engine_args=args),
-}
-out = {}
-for name, config in configs.items():
-    engine = VLLMEngine()
-    info = engine.start(config)
-    m = engine.measure(workload, 1, 0, MeasureSettings(requests_per_concurrency=1))
-    # The same prompts again, to read each reply's token ids (the measurement keeps counts).
-    run = engine._run_sync(workload, 1, len(texts), 0, 600.0)
-    engine.stop()
-    out[name] = {
-        "engine_start_s": info.engine_start_s,
-        "measure_s": m.measure_s,
-        "output_throughput_tok_s": m.output_throughput_tok_s,
-        "num_output_tokens": m.num_output_tokens,
-        "num_draft_tokens": m.num_draft_tokens,
-        "num_accepted_tokens": m.num_accepted_tokens,
-        "accepted_per_pos": list(m.accepted_per_pos),
-        "loop_share": m.loop_share,
-        "distinct_4gram_ratio": m.distinct_4gram_ratio,
-        "token_ids": sorted(list(t.token_ids) for t in run.timings),
+if __name__ == "__main__":  # vLLM spawns its engine core: the script is re-imported
+
+    target, draft, prompts_file, n, max_tokens, num_prompts = sys.argv[1:7]
+    texts = [json.loads(line)["prompt"] for line in open(prompts_file)][: int(num_prompts)]
+    workload = PreparedWorkload(
+        name="demo-code-review", digest="test-real-model",
+        prompts=[Prompt(t, int(max_tokens)) for t in texts], chat_template=True,
+    )
+    args = {"max_model_len": 2048, "dtype": "bfloat16", "enforce_eager": True,
+            "gpu_memory_utilization": 0.3}
+    configs = {
+        "baseline": EngineConfig(model=target, engine_args=args),
+        "draft_model": EngineConfig(model=target, method="draft_model", draft=draft,
+                                    num_speculative_tokens=int(n), engine_args=args),
+        "ngram": EngineConfig(model=target, method="ngram", num_speculative_tokens=int(n),
+                              method_params={"prompt_lookup_min": 2, "prompt_lookup_max": 4},
+                              engine_args=args),
     }
-print("RESULT " + json.dumps(out))
+    out = {}
+    for name, config in configs.items():
+        engine = VLLMEngine()
+        info = engine.start(config)
+        m = engine.measure(workload, 1, 0, MeasureSettings(requests_per_concurrency=1))
+        # The same prompts again, to read each reply's token ids (the measurement keeps counts).
+        run = engine._run_sync(workload, 1, len(texts), 0, 600.0)
+        engine.stop()
+        out[name] = {
+            "engine_start_s": info.engine_start_s,
+            "measure_s": m.measure_s,
+            "output_throughput_tok_s": m.output_throughput_tok_s,
+            "num_output_tokens": m.num_output_tokens,
+            "num_draft_tokens": m.num_draft_tokens,
+            "num_accepted_tokens": m.num_accepted_tokens,
+            "accepted_per_pos": list(m.accepted_per_pos),
+            "loop_share": m.loop_share,
+            "distinct_4gram_ratio": m.distinct_4gram_ratio,
+            "token_ids": sorted(list(t.token_ids) for t in run.timings),
+        }
+    print("RESULT " + json.dumps(out))
 """
 
 

@@ -51,9 +51,8 @@ def _config(path: Path) -> dict:
 
 
 def test_names_and_refs() -> None:
-    from autotune.testing._tiny_build import BUILDERS
-
     from autotune.testing._smollm2_build import BUILDERS as REAL_BUILDERS
+    from autotune.testing._tiny_build import BUILDERS
 
     assert set(TINY_NAMES) == set(BUILDERS)
     assert set(REAL_NAMES) == set(REAL_BUILDERS)
