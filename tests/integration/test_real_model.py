@@ -35,9 +35,11 @@ N = 3
 PROMPTS = Path(__file__).parents[2] / "workloads" / "examples" / "demo-code-review.jsonl"
 NUM_PROMPTS, MAX_TOKENS = 4, 64
 
-# Measured on 2 shared cores (vLLM 0.32.0 CPU build), these 4 prompts, 64 tokens, greedy:
-# n-gram N=3 (lookup 2-4) accepted 0.00 of its draft tokens, the tiny llama's n-gram about 0.00
-# (test_tiny_models_vllm); the floor leaves a margin below the measured rate.
+# Issue #32 measured n-gram N=3 (lookup 2-4) on this model, greedy, 12 code-review conversations,
+# 128 tokens, on 2 idle cores: 1,427 of 2,334 draft tokens accepted (0.61, AL 2.83). The floor
+# keeps a wide margin below that for these 4 prompts at 64 tokens; it was not yet re-measured
+# on this file's prompts (the shared machine was too loaded to finish the run): tighten it to
+# the measured rate minus a margin once it is.
 NGRAM_ACCEPTANCE_FLOOR = 0.25
 
 SCRIPT = """
