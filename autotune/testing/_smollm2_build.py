@@ -146,8 +146,7 @@ def build_target(out: Path, deps: Mapping[str, Path]) -> dict[str, Any]:
     if [k for k in missing if k != "lm_head.weight"] or unexpected:  # the head is tied
         raise RuntimeError(f"{path}: weights missing {missing[:3]}, unexpected {unexpected[:3]}")
     model.tie_weights()
-    model = model.to(torch.bfloat16).eval()
-    config.torch_dtype = "bfloat16"
+    model.bfloat16().eval()  # in place, as nn.Module.to is
     model.save_pretrained(str(out))
     tokenizer.save_pretrained(str(out))
     # vLLM reads generation_config.json for default sampling; autotune sets its own.
@@ -211,7 +210,7 @@ def build_draft(out: Path, deps: Mapping[str, Path]) -> dict[str, Any]:
     draft.tie_weights()
     del full
     length = min(stage.seq_len, min(len(ids) for ids, _ in train_rows))
-    params = {
+    params: dict[str, Tensor] = {
         n: p
         for n, p in draft.named_parameters()
         if not n.startswith(("model.embed_tokens", "lm_head"))
@@ -233,8 +232,7 @@ def build_draft(out: Path, deps: Mapping[str, Path]) -> dict[str, Any]:
     train(params, loss_fn, _windows(train_rows, length, stage), stage)
     draft.eval()
     after = _acceptance(draft, eval_ids)
-    draft = draft.to(torch.bfloat16)
-    draft.config.torch_dtype = "bfloat16"
+    draft.bfloat16()
     draft.save_pretrained(str(out))
     (out / "generation_config.json").unlink(missing_ok=True)
     AutoTokenizer.from_pretrained(str(target_dir)).save_pretrained(str(out))
