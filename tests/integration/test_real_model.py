@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -111,16 +112,24 @@ def runs(smollm2: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> 
     }
     args = [str(smollm2["smollm2-135m"]), str(smollm2["smollm2-135m-draft"]), str(PROMPTS)]
     args += [str(N), str(MAX_TOKENS), str(NUM_PROMPTS)]
-    proc = subprocess.run(
+    # A session of its own: on a timeout the whole group goes, vLLM's engine core included
+    # (it outlived its parent when only the parent was killed).
+    child = subprocess.Popen(
         [sys.executable, str(script), *args],
         env=env,
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=900,
-        check=False,
+        start_new_session=True,
     )
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
-    assert proc.returncode == 0 and lines, proc.stderr[-3000:]
+    try:
+        stdout, stderr = child.communicate(timeout=900)
+    except subprocess.TimeoutExpired:
+        os.killpg(child.pid, signal.SIGKILL)
+        child.communicate()
+        raise
+    lines = [ln for ln in stdout.splitlines() if ln.startswith("RESULT ")]
+    assert child.returncode == 0 and lines, stderr[-3000:]
     result: dict[str, Any] = json.loads(lines[-1][len("RESULT ") :])
     print({k: {f: v for f, v in r.items() if f != "token_ids"} for k, r in result.items()})
     return result
