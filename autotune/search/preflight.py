@@ -79,6 +79,9 @@ class Preflight:
     problems: tuple[str, ...] = ()
     budget_wall_minutes: float | None = None
     notes: tuple[str, ...] = field(default=())
+    wall_plan: str = ""
+    """What the wall budget buys: how many of the planned configs, and which ("": no wall
+    budget)."""
 
     @property
     def ok(self) -> bool:
@@ -111,6 +114,7 @@ class Preflight:
                 "max_engine_configs": self.budget_configs,
                 "max_wall_minutes": self.budget_wall_minutes,
             },
+            "wall_plan": self.wall_plan,
         }
 
     def lines(self) -> list[str]:
@@ -130,6 +134,8 @@ class Preflight:
         if self.engine in ("vllm", "vllm-serve"):
             out.append(f"hub        {self.hub}")
         out.append(f"estimate   {self.estimate_line()}")
+        if self.wall_plan:
+            out.append(f"wall       {self.wall_plan}")
         out += [f"note       {n}" for n in self.notes]
         if self.problems:
             out += [f"cannot run: {p}" for p in self.problems]
@@ -344,6 +350,11 @@ def preflight(
             )
     hours, basis = _estimate(store, record, study, space, done)
     budget = study.spec.budget
+    wall_plan = ""
+    if budget.max_wall_minutes is not None:
+        wall_plan = _wall_plan(
+            budget.max_wall_minutes, hours, len(space) - len(done), basis, planned, planned_all
+        )
     return Preflight(
         study=record.name,
         model=study.model,
@@ -369,6 +380,36 @@ def preflight(
             problems(study, ray_address=ray_address, weights=located, hub_problem=hub_problem)
         ),
         notes=tuple(notes),
+        wall_plan=wall_plan,
+    )
+
+
+def _wall_plan(
+    minutes: float,
+    hours: float | None,
+    rest: int,
+    basis: str,
+    planned: Sequence[str],
+    planned_all: bool,
+) -> str:
+    """How many configs a ``minutes`` wall budget buys, at the estimate's engine time per
+    config (start-up is the run's own, measured apart once it starts), and which."""
+    from autotune.search.wall_budget import configs_bought
+
+    if hours is None or rest <= 0:
+        return (
+            f"{minutes:g} min a run; how many configs that buys is known once a config of this "
+            "model has finished here (each run measures its start-up apart from its configs)"
+        )
+    per_config = hours * 3600 / rest
+    n = configs_bought(minutes, per_config, 0.0, rest)
+    listed = list(planned[:n]) if planned_all or n <= len(planned) else list(planned)
+    which = ", ".join(listed) + (" ..." if n > len(listed) else "")
+    if not planned_all and n > len(planned):
+        which += " (then what the strategy ranks next)"
+    return (
+        f"{minutes:g} min a run buys {n} of {rest} configs at ~{per_config:,.0f} engine-s each "
+        f"(plus the run's one-time start-up): {which}"
     )
 
 

