@@ -205,7 +205,7 @@ def _replayed(
 
 @dataclass(frozen=True)
 class LevelAnswer:
-    """One level's final answer under the margin rule (:mod:`autotune.search.verdict`), scored
+    """One level's final answer under the margin rule (:func:`autotune.evidence.decide.verdict_of_runs`), scored
     against the landscape's truth."""
 
     workload: str
@@ -229,8 +229,8 @@ def final_answers(
     configs by median (a screening run, measured once where others were repeated, is none);
     within 1 % the smaller N, else the higher median, called *undecided* where the 95 %
     interval of the ratio of their medians still contains 1."""
+    from autotune.evidence.decide import verdict_of_runs as verdict
     from autotune.recommend.choose import choose
-    from autotune.search.verdict import verdict
 
     truth, _, rows = _replayed(landscape, strategy, seed, repeats)
     cells: dict[Level, dict[Config, list[float]]] = defaultdict(lambda: defaultdict(list))

@@ -23,11 +23,12 @@ the top median first, then the rest by median.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+import statistics
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from autotune.evidence.scores import ConfigScore
+from autotune.evidence.scores import ConfigScore, median_ci_halfwidth_pct
 
 PRACTICAL_TIE_PCT = 1.0
 """Configs whose medians lie within this percent of each other tie (vLLM PR #49163's band)."""
@@ -77,15 +78,39 @@ def compare(
 ) -> Comparison:
     """The rule (module docstring) for ``answer`` against ``other``."""
     m = margin_pct(answer.median_tok_s, other.median_tok_s)
-    ratio = 1.0 + m / 100.0
-    far = ratio >= DECIDED_RATIO or ratio <= 1.0 / DECIDED_RATIO
-    if abs(m) <= tie_pct:
-        verdict: Verdict = "tie"
-    elif not far and answer.ties_with(other):
-        verdict = "undecided"
-    else:
-        verdict = "decided"
+    verdict = _verdict(m, answer.ties_with(other), tie_pct)
     return Comparison(answer=answer, other=other, margin_pct=m, verdict=verdict)
+
+
+def _verdict(margin: float, interval_contains_one: bool, tie_pct: float) -> Verdict:
+    ratio = 1.0 + margin / 100.0
+    far = ratio >= DECIDED_RATIO or ratio <= 1.0 / DECIDED_RATIO
+    if abs(margin) <= tie_pct:
+        return "tie"
+    if not far and interval_contains_one:
+        return "undecided"
+    return "decided"
+
+
+def verdict_of_runs(
+    a: Sequence[float], b: Sequence[float], tie_pct: float = PRACTICAL_TIE_PCT
+) -> Verdict:
+    """The rule for two configs' runs at one level (throughputs, tok/s), as :func:`compare` says
+    it for their scores: what the search asks before it answers (more repeats while
+    ``undecided``)."""
+    ma, mb = statistics.median(a), statistics.median(b)
+    if ma <= 0 or mb <= 0:
+        return "decided"
+    width = math.hypot(_ci_log(a), _ci_log(b))
+    contains_one = width > 0 and abs(math.log(ma / mb)) <= width
+    return _verdict(margin_pct(ma, mb), contains_one, tie_pct)
+
+
+def _ci_log(throughputs: Sequence[float]) -> float:
+    """Half-width of the 95 % interval of the median in log units (``ConfigScore.ci_log``)."""
+    if len(throughputs) < 2 or any(t <= 0 for t in throughputs):
+        return 0.0
+    return math.log1p(median_ci_halfwidth_pct(throughputs) / 100.0)
 
 
 def preference(s: ConfigScore) -> tuple[int, int]:

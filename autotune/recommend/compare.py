@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from autotune.evidence.cells import latest_digest
+from autotune.evidence.cells import Evidence, Rows
 from autotune.evidence.scores import STATABLE_PCT, ConfigScore, median_ci_halfwidth_pct
 from autotune.spec.methods import config_id
 
@@ -186,13 +186,8 @@ class Comparison:
         }
 
 
-def _cell_rows(rows: Sequence[MeasuredRow], workload: str, level: int) -> list[MeasuredRow]:
-    digest = latest_digest(rows, workload)
-    return [
-        r
-        for r in rows
-        if (r.workload, r.concurrency, r.workload_digest) == (workload, level, digest)
-    ]
+def _cell_rows(rows: Rows, workload: str, level: int) -> list[MeasuredRow]:
+    return list(Evidence.of(rows).cell(workload, level))
 
 
 def _acceptance_lengths(rows: Sequence[MeasuredRow]) -> list[float]:
@@ -240,8 +235,8 @@ def _score_of(choice: Choice, key: str) -> ConfigScore | None:
 def compare_cell(
     workload: str,
     level: int,
-    rows_a: Sequence[MeasuredRow],
-    rows_b: Sequence[MeasuredRow],
+    rows_a: Rows,
+    rows_b: Rows,
     spreads: tuple[float, float],
     tolerance_pct: float,
 ) -> CellComparison | None:
@@ -299,9 +294,9 @@ def compare_cell(
 
 def compare_rows(
     study_a: str,
-    rows_a: Sequence[MeasuredRow],
+    rows_a: Rows,
     study_b: str,
-    rows_b: Sequence[MeasuredRow],
+    rows_b: Rows,
     *,
     spreads: tuple[float, float],
     tolerance_pct: float = DEFAULT_TOLERANCE_PCT,
@@ -310,11 +305,12 @@ def compare_rows(
     """Compare every (workload, concurrency) both studies measured (``workload``: that one
     only); ``spreads`` are the studies' ``measurement.max_spread_pct`` (the low-confidence
     rule)."""
-    cells_a = {(r.workload, r.concurrency) for r in rows_a if workload in (None, r.workload)}
-    cells_b = {(r.workload, r.concurrency) for r in rows_b if workload in (None, r.workload)}
+    ev_a, ev_b = Evidence.of(rows_a), Evidence.of(rows_b)
+    cells_a = {c for c in ev_a.cells() if workload in (None, c[0])}
+    cells_b = {c for c in ev_b.cells() if workload in (None, c[0])}
     out = []
     for w, level in sorted(cells_a & cells_b):
-        cell = compare_cell(w, level, rows_a, rows_b, spreads, tolerance_pct)
+        cell = compare_cell(w, level, ev_a, ev_b, spreads, tolerance_pct)
         if cell is not None:
             out.append(cell)
     return Comparison(

@@ -33,9 +33,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from autotune.errors import SpecError
-from autotune.evidence.cells import latest_digest
+from autotune.evidence.cells import Evidence, Rows
+from autotune.evidence.decide import PRACTICAL_TIE_PCT
 from autotune.evidence.scores import (
-    DEFAULT_TIE_PCT,
     STATABLE_PCT,
     labels_of,
     median_ci_halfwidth_pct,
@@ -67,7 +67,7 @@ class ConfigAtRate:
     def ties_with(self, other: ConfigAtRate) -> bool:
         width = math.hypot(self.ci_log, other.ci_log)
         ratio = abs(math.log(self.mean_latency_ms / other.mean_latency_ms))
-        return ratio <= math.log1p(DEFAULT_TIE_PCT / 100.0) or ratio <= width
+        return ratio <= math.log1p(PRACTICAL_TIE_PCT / 100.0) or ratio <= width
 
     def tie_pct(self, other: ConfigAtRate) -> float:
         """± percent of the 95% interval of the two latencies' ratio (inf: unmeasured noise)."""
@@ -185,12 +185,11 @@ def concurrency_at(rate: float, levels: Sequence[int], latency_s: Sequence[float
     return None
 
 
-def answer_at_rate(rows: Sequence[MeasuredRow], workload: str, rate: float) -> RateAnswer:
+def answer_at_rate(rows: Rows, workload: str, rate: float) -> RateAnswer:
     """The answer for ``workload`` served ``rate`` requests/s (module docstring). Raises
     :class:`SpecError` (exit 2) when no measurement records a request throughput or when the
     rate lies beyond the measured levels for every config."""
-    digest = latest_digest(rows, workload)
-    cell = [r for r in rows if r.workload == workload and r.workload_digest == digest]
+    cell = Evidence.of(rows).workload(workload)
     names = labels_of(cell)
     by_config: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
     first: dict[str, MeasuredRow] = {}

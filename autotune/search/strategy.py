@@ -261,13 +261,13 @@ def undecided_cell(
     limits: Limits | None = None,
 ) -> Cell | None:
     """One more repeat of a level where this warm engine's config is one of the level's two
-    best by median and its verdict against the other (:func:`autotune.search.verdict.verdict`)
+    best by median and its verdict against the other (:func:`autotune.evidence.decide.verdict_of_runs`)
     is *undecided*: sequential stopping, until the two are decided or tied, or a cap is hit
     (``max_repeats`` runs, default 3 x ``repeats``; ``max_level_s`` on this engine; a replay's
     recorded repeats, ``limits``). ``rows``: the other configs' stored measurements (of this
     engine's prompt sets); a config measured once there (a screening run) is no contender.
     None: no level of this engine is undecided."""
-    from autotune.search.verdict import verdict
+    from autotune.evidence.decide import verdict_of_runs as verdict
 
     m = study.spec.measurement
     full = study.spec.repeats

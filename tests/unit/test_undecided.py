@@ -1,5 +1,5 @@
 """Undecided cells get measured (issue #31 item 3, ``autotune.search.strategy.undecided_cell``
-with ``autotune.search.verdict``): where a level's two best configs are neither within 1 % nor
+with ``autotune.evidence.decide.verdict_of_runs``): where a level's two best configs are neither within 1 % nor
 apart at 95 %, the engine of the one measured last takes more repeats there (sequential stopping)
 until the two are decided, within ``max_repeats`` and, on a replay, the recorded repeats; a
 decided level takes none. Through the real tuner loop, the replay engine and a SQLite store."""
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from autotune import api
-from autotune.search.verdict import verdict
+from autotune.evidence.decide import verdict_of_runs as verdict
 from autotune.store import Store
 from autotune.testing.landscapes import write_rows
 from autotune.testing.studies import ngram, replay_study
