@@ -4,7 +4,7 @@ Importing the package is cheap on purpose: vllm, ray, optuna, sqlalchemy and pan
 imported by the subpackage that needs them, when it needs them.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 DEFAULT_DB = "sqlite:///studies/autotune.db"
 """The study store when neither ``--db`` nor ``AUTOTUNE_DB`` names one (here so that the CLI can
