@@ -48,6 +48,7 @@ def _recorded_median(path: Path, method: str, n: int, level: int) -> float:
     )
 
 
+@pytest.mark.vllm  # the import reads the sweep with vLLM's own parser
 def test_two_imports_of_one_sweep_show_no_change(autotune) -> None:
     for name in ("first", "second"):
         done = autotune("import", "--vllm-sweep", str(SWEEP), "--workload", "code", "--name", name)
@@ -63,6 +64,7 @@ def test_two_imports_of_one_sweep_show_no_change(autotune) -> None:
     assert data["regression"] is False
 
 
+@pytest.mark.vllm  # the import reads the sweep with vLLM's own parser
 def test_study_b_from_another_store(autotune, replays: Path, tmp_path: Path) -> None:
     other = tmp_path / "other.db"
     done = autotune("--db", str(other), "import", "--vllm-sweep", str(SWEEP), "--workload",

@@ -266,7 +266,7 @@ def test_dry_run_of_the_real_model_demo_names_its_local_builds_and_wall_budget(
     r = autotune("study", "run", "smollm2-cpu", "--dry-run")
     assert r.exit_code == 0, r.stderr
     out = r.stdout
-    for ref in ("tiny:smollm2-135m", "tiny:smollm2-135m-draft"):
+    for ref in ("tiny:smollm2-135m",):
         assert f": {ref}: local-build" in out
     assert "wall       6 min a run; how many configs that buys is known once" in out
     assert "3 levels" not in out and "6 levels x 2 repeats" in out

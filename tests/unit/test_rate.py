@@ -50,6 +50,7 @@ def test_littles_law_between_two_levels() -> None:
     assert concurrency_at(0.5, [2, 4], [1.0, 2.0]) is None  # below a lowest level of 2
 
 
+@pytest.mark.vllm  # the import reads the sweep with vLLM's own parser
 def test_every_config_runs_where_its_measured_latency_says(imported) -> None:
     data = _at(imported, 1.0)
     off = 1.0 / _recorded_rate("SERVE--baseline-BENCH--c1")  # L(1) = 1 / X(1), in s
@@ -71,6 +72,7 @@ def test_every_config_runs_where_its_measured_latency_says(imported) -> None:
     )
 
 
+@pytest.mark.vllm  # the import reads the sweep with vLLM's own parser
 def test_at_its_capacity_at_4_in_flight_a_config_runs_at_4(imported) -> None:
     rate = _recorded_rate("SERVE--ngram-N1-BENCH--c4")
     data = _at(imported, rate)
@@ -80,6 +82,7 @@ def test_at_its_capacity_at_4_in_flight_a_config_runs_at_4(imported) -> None:
     assert "ngram N=2" in data["beyond_measured_levels"]  # it served less at 4 in flight
 
 
+@pytest.mark.vllm  # the import reads the sweep with vLLM's own parser
 def test_a_rate_beyond_the_measured_levels_is_refused(imported) -> None:
     out = imported(
         "recommend", "--model", "tiny:llama", "--workload", "code", "--request-rate", "50"
@@ -92,6 +95,7 @@ def test_a_rate_beyond_the_measured_levels_is_refused(imported) -> None:
     ]
 
 
+@pytest.mark.vllm  # the import reads the sweep with vLLM's own parser
 def test_it_does_not_combine_with_concurrency(imported) -> None:
     out = imported(
         "recommend", "--model", "tiny:llama", "--workload", "code", "--request-rate", "1",
