@@ -1,5 +1,5 @@
-"""The hand-off to training a speculator, end to end on the tiny model: a real tiny study, its
-prompts exported with the target's responses generated on the vLLM CPU engine, a tiny EAGLE-3
+"""The hand-off to training a speculator, end to end on the tiny model: a real tiny study (the
+session's ``deploy_study``, so no engine is started for it here), its prompts exported with the target's responses generated on the vLLM CPU engine, a tiny EAGLE-3
 draft trained on nothing but the exported rows, and a study that measures that draft.
 
 The export round-trips through the reader vLLM Speculators' ``prepare_data.py`` uses
@@ -18,43 +18,24 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
-import yaml
 
 from autotune import api
 from autotune.export import check_prompt_rows, check_speculator_rows
 from autotune.store import Store
+from autotune.testing.studies import TINY_MEASUREMENT, tiny_real_study, write_study
 
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
 
-MEASUREMENT = {
-    "max_prompts": 6,
-    "max_tokens": 48,
-    "warmup_requests": 1,
-    "requests_per_concurrency": 2,
-    "timeout_s": 300,
-    "start_timeout_s": 600,
-}
-
 
 def _write_study(tmp_path: Path, name: str, method: dict) -> Path:
-    data = {
-        "name": name,
-        "model": {"name": "tiny"},
-        "workloads": ["code"],
-        "concurrency": [1],
-        "methods": [method],
-        "baseline": False,  # one engine per study: the test stays within its time
-        "repeats": 1,
-        "sampler": "grid",
-        "measurement": MEASUREMENT,
-    }
-    path = tmp_path / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return path
+    # The deploy study's measurement (same prompts, same digest), one engine, concurrency 1.
+    data = tiny_real_study(name, [method], concurrency=(1,), baseline=False, sampler="grid")
+    return write_study(tmp_path / f"{name}.yaml", data)
 
 
 def _run(args: list[str], env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
@@ -65,22 +46,16 @@ def _run(args: list[str], env: dict[str, str], timeout: float) -> subprocess.Com
     return proc
 
 
-def test_export_train_and_measure_a_draft(autotune, db_path: Path, tmp_path: Path) -> None:
+def test_export_train_and_measure_a_draft(autotune, deploy_study: Any, tmp_path: Path) -> None:
     from datasets import load_dataset
 
-    store = Store(str(db_path))
-    ngram = {"method": "ngram", "num_speculative_tokens": {"min": 2, "max": 2}}
-    api.create_study(store, _write_study(tmp_path, "src", ngram))
-    t0 = time.perf_counter()
-    api.run_study(store, "src")
-    print(f"source study: {time.perf_counter() - t0:.0f} s")
-    measured = store.measurements(study="src", workload="code")
+    measured = deploy_study.store.measurements(study="deploy", workload="code")
     assert measured
     digest = measured[-1].workload_digest
 
-    env = {**os.environ, "AUTOTUNE_DB": str(db_path), "OMP_WAIT_POLICY": "PASSIVE"}
+    env = {**os.environ, "AUTOTUNE_DB": str(deploy_study.db), "OMP_WAIT_POLICY": "PASSIVE"}
     out = tmp_path / "spec-data"
-    cli = [sys.executable, "-m", "autotune.cli", "export", "--speculators-data", "src"]
+    cli = [sys.executable, "-m", "autotune.cli", "export", "--speculators-data", "deploy"]
     t0 = time.perf_counter()
     proc = _run([*cli, "--workload", "code", "-o", str(out), "--with-responses"], env, 600)
     print(f"export with responses: {time.perf_counter() - t0:.0f} s")
@@ -91,17 +66,17 @@ def test_export_train_and_measure_a_draft(autotune, db_path: Path, tmp_path: Pat
     responses = load_dataset("json", data_files=str(out / "responses.jsonl"), split="train")
     assert {"input_ids", "loss_mask"} <= set(responses.column_names)  # its pass-through path
     rows = list(responses)
-    assert len(rows) == MEASUREMENT["max_prompts"]
+    assert len(rows) == TINY_MEASUREMENT["max_prompts"]
     assert check_speculator_rows(rows) > 0
     for row in rows:
         meta = row["metadata"]
         assert meta["workload_digest"] == digest and meta["sampling_params"]["temperature"] == 0
         generated = sum(row["loss_mask"])
-        assert 0 < generated <= MEASUREMENT["max_tokens"]
+        assert 0 < generated <= TINY_MEASUREMENT["max_tokens"]
         # The mask is 0 over the prompt, then 1 over the response: one boundary.
         assert row["loss_mask"] == sorted(row["loss_mask"])
         if meta["finish_reason"] == "length":
-            assert generated == MEASUREMENT["max_tokens"]
+            assert generated == TINY_MEASUREMENT["max_tokens"]
     prompts = list(load_dataset("json", data_files=str(out / "prompts.jsonl"), split="train"))
     assert check_prompt_rows(prompts) == len(rows)
     study_text = (out / "measure-draft.yaml").read_text()
@@ -111,7 +86,10 @@ def test_export_train_and_measure_a_draft(autotune, db_path: Path, tmp_path: Pat
 
     # A second export into the same directory is bad input: exit 2, nothing rewritten.
     before = (out / "prompts.jsonl").stat().st_mtime_ns
-    again = autotune("export", "--speculators-data", "src", "--workload", "code", "-o", str(out))
+    again = autotune(
+        "--db", str(deploy_study.db), "export", "--speculators-data", "deploy",
+        "--workload", "code", "-o", str(out), db=False,
+    )  # fmt: skip
     assert again.exit_code == 2 and "already holds" in again.stderr
     assert "Traceback" not in again.stderr
     assert (out / "prompts.jsonl").stat().st_mtime_ns == before
@@ -132,6 +110,8 @@ def test_export_train_and_measure_a_draft(autotune, db_path: Path, tmp_path: Pat
         "draft": str(draft),
         "num_speculative_tokens": {"min": 2, "max": 2},
     }
+    # Its own store: the deploy store's answer for tiny/code is what test_verify serves.
+    store = Store(str(tmp_path / "trained.db"))
     api.create_study(store, _write_study(tmp_path, "trained", eagle))
     t0 = time.perf_counter()
     summary = api.run_study(store, "trained")
