@@ -18,22 +18,26 @@ from typing import TYPE_CHECKING
 
 from autotune.errors import NoResultError, SpecError
 from autotune.recommend import answer as _answer
-from autotune.recommend.answer import PriorRecommendation as PriorRecommendation
+from autotune.recommend import studies as _studies
 from autotune.recommend.answer import Recommendation as Recommendation
-from autotune.recommend.answer import catalog_methods as catalog_methods
-from autotune.recommend.answer import measured_buckets as measured_buckets
-from autotune.recommend.answer import next_steps as next_steps
-from autotune.recommend.answer import per_context_only as per_context_only
-from autotune.recommend.answer import published_prior as published_prior
+from autotune.recommend.published import PriorRecommendation as PriorRecommendation
+from autotune.recommend.published import published_prior as published_prior
+from autotune.recommend.studies import NextSteps as NextSteps
+from autotune.recommend.studies import measured_buckets as measured_buckets
+from autotune.recommend.studies import next_steps as next_steps
+from autotune.recommend.studies import per_context_only as per_context_only
+from autotune.spec.catalog import catalog_methods as catalog_methods
 from autotune.spec.loader import ResolvedStudy, load_study_file, resolve_study, validate
+from autotune.spec.options import planned_configs
 from autotune.spec.study import StudySpec
 
 if TYPE_CHECKING:
     from autotune.datasets.show import WorkloadView
     from autotune.export.speculators import SpeculatorsExport
-    from autotune.recommend.answer import Coverage, Selected, StoredCheck
+    from autotune.recommend.answer import StoredCheck
     from autotune.recommend.compare import Comparison
     from autotune.recommend.rate import RateAnswer
+    from autotune.recommend.studies import Coverage, Selected
     from autotune.report.study import StudyReport
     from autotune.search.imported_study import Imported
     from autotune.search.preflight import Preflight
@@ -225,35 +229,27 @@ def preflight_study(
 
 
 def space_size(resolved: ResolvedStudy) -> int:
-    """How many engine configs a study's search space holds."""
-    from autotune.search.space import SearchSpace
-
-    return len(SearchSpace(resolved))
-
-
-def planned_configs(resolved: ResolvedStudy) -> int:
-    """The engine configs a study's search planned (what coverage counts against)."""
-    from autotune.search.space import SearchSpace
-
-    return len(SearchSpace(resolved).configs())
+    """How many engine configs a study's search space holds (what its coverage counts
+    against: :func:`autotune.spec.options.planned_configs`)."""
+    return planned_configs(resolved)
 
 
 def coverage(store: Store, record: StudyRecord) -> Coverage:
     """Finished configs vs the configs in the study's search space."""
-    return _answer.coverage(store, record, planned_configs)
+    return _studies.coverage(store, record)
 
 
 def select_study(store: Store, model: str, workload: str, study: str | None = None) -> Selected:
-    """The study `recommend` and `check` answer from (:func:`autotune.recommend.answer.
+    """The study `recommend` and `check` answer from (:func:`autotune.recommend.studies.
     select_study`)."""
-    return _answer.select_study(store, model, workload, study, planned_configs)
+    return _studies.select_study(store, model, workload, study)
 
 
 def context_bucket(
     store: Store, model: str, workload: str, context: int, study: str | None = None
 ) -> BucketPick:
     """The measured context-length bucket that answers for requests of ``context`` tokens."""
-    return _answer.context_bucket(store, model, workload, context, study)
+    return _studies.context_bucket(store, model, workload, context, study)
 
 
 def recommend(
@@ -267,9 +263,7 @@ def recommend(
 ) -> Recommendation:
     """The measured recommendation for (model, workload[, concurrency]), under ``slo`` or the
     study's own, for a ``traffic`` mix (:func:`autotune.recommend.answer.recommend`)."""
-    return _answer.recommend(
-        store, model, workload, concurrency, study, slo, traffic, planned_configs
-    )
+    return _answer.recommend(store, model, workload, concurrency, study, slo, traffic)
 
 
 def answer(
@@ -284,9 +278,7 @@ def answer(
 ) -> Recommendation | PriorRecommendation:
     """What `autotune recommend` prints: measured, else published (``source`` "any"); a callable
     or None ``store`` is opened only when needed (:func:`autotune.recommend.answer.answer`)."""
-    return _answer.answer(
-        store, model, workload, concurrency, study, source, slo, traffic, planned_configs
-    )
+    return _answer.answer(store, model, workload, concurrency, study, source, slo, traffic)
 
 
 def check(
@@ -301,9 +293,7 @@ def check(
 ) -> StoredCheck:
     """`autotune check`: is ``deployed`` within ``tolerance_pct`` of the stored recommendation
     (:func:`autotune.recommend.answer.check_stored`)?"""
-    return _answer.check_stored(
-        store, model, workload, deployed, concurrency, tolerance_pct, study, planned_configs
-    )
+    return _answer.check_stored(store, model, workload, deployed, concurrency, tolerance_pct, study)
 
 
 def report_study(
@@ -318,7 +308,7 @@ def report_study(
     """A study's frames, writing the files asked for (:mod:`autotune.report.study`)."""
     from autotune.report.study import report_study as build
 
-    return build(store, name, planned_configs, html=html, png_dir=png_dir, csv=csv, parquet=parquet)
+    return build(store, name, html=html, png_dir=png_dir, csv=csv, parquet=parquet)
 
 
 def degenerate_lines(store: Store, study: str) -> list[str]:

@@ -549,7 +549,11 @@ def _run(
         # the same store as this run's, or the next command reads another one (its password
         # masked: the user has it, the terminal's scrollback need not)
         shown = store.shown_url if ctx.db else None
-        for line in api.next_steps(record, shown, shown is not None and shown != ctx.db):
+        from autotune.cli._hints import next_lines
+
+        for line in next_lines(
+            api.next_steps(record), shown, shown is not None and shown != ctx.db
+        ):
             note(line)
 
 

@@ -26,7 +26,7 @@ import math
 import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from autotune.evidence.scores import ConfigScore, median_ci_halfwidth_pct
 
@@ -78,11 +78,21 @@ def compare(
 ) -> Comparison:
     """The rule (module docstring) for ``answer`` against ``other``."""
     m = margin_pct(answer.median_tok_s, other.median_tok_s)
-    verdict = _verdict(m, answer.ties_with(other), tie_pct)
-    return Comparison(answer=answer, other=other, margin_pct=m, verdict=verdict)
+    return Comparison(
+        answer=answer,
+        other=other,
+        margin_pct=m,
+        verdict=verdict(m, answer.ties_with(other), tie_pct),
+    )
 
 
-def _verdict(margin: float, interval_contains_one: bool, tie_pct: float) -> Verdict:
+def verdict(
+    margin: float, interval_contains_one: bool, tie_pct: float = PRACTICAL_TIE_PCT
+) -> Verdict:
+    """The rule on a margin (percent, ``100·(answer/other − 1)``) and whether the 95 % interval
+    of the ratio contains 1. :func:`compare` states it for two scores; the surfaces that compare
+    other pairs state it here too (latencies at a request rate, :mod:`autotune.recommend.rate`;
+    one config in two studies, :mod:`autotune.recommend.compare`), so none words its own."""
     ratio = 1.0 + margin / 100.0
     far = ratio >= DECIDED_RATIO or ratio <= 1.0 / DECIDED_RATIO
     if abs(margin) <= tie_pct:
@@ -103,7 +113,15 @@ def verdict_of_runs(
         return "decided"
     width = math.hypot(_ci_log(a), _ci_log(b))
     contains_one = width > 0 and abs(math.log(ma / mb)) <= width
-    return _verdict(margin_pct(ma, mb), contains_one, tie_pct)
+    return verdict(margin_pct(ma, mb), contains_one, tie_pct)
+
+
+def halfwidth_log(values: Sequence[float]) -> float:
+    """Half-width in log units of the 95 % interval of the median of ``values`` (``inf``: under
+    two values, nothing measures their noise): what a ratio's interval combines
+    (``math.hypot``) on the surfaces that state :func:`verdict` for other pairs."""
+    pct = median_ci_halfwidth_pct(values)
+    return math.log1p(pct / 100.0) if math.isfinite(pct) else math.inf
 
 
 def _ci_log(throughputs: Sequence[float]) -> float:
@@ -113,7 +131,17 @@ def _ci_log(throughputs: Sequence[float]) -> float:
     return math.log1p(median_ci_halfwidth_pct(throughputs) / 100.0)
 
 
-def preference(s: ConfigScore) -> tuple[int, int]:
+class Preferable(Protocol):
+    """What the preference inside a tie reads: a config's N and its draft model."""
+
+    @property
+    def num_speculative_tokens(self) -> int: ...
+
+    @property
+    def draft(self) -> str | None: ...
+
+
+def preference(s: Preferable) -> tuple[int, int]:
     """Inside a tie: the smaller N first (off, N = 0, first of all), then no draft model."""
     return (s.num_speculative_tokens, 0 if s.draft is None else 1)
 

@@ -1,181 +1,31 @@
-"""Answering: which study answers a question, how much of it was measured, the measured
-recommendation with its low-confidence levels, ties and losses, the published prior when nothing
-was measured, the stored-choice check (`autotune check`), and the lines `study run` prints next.
+"""Answering: the measured recommendation with its low-confidence levels, ties and losses, the
+published prior when nothing was measured (:mod:`autotune.recommend.published`), and the
+stored-choice check (`autotune check`).
 
-The results are typed objects with ``to_json`` where a command prints them as JSON. The study's
-planned space is counted by the search layer; callers pass that count in (``planned``), so this
-package never imports :mod:`autotune.search`.
+Which study answers and how much of it was measured is :mod:`autotune.recommend.studies`'s; the
+one answer every surface renders is :mod:`autotune.recommend.answer_value`'s. The results are
+typed objects with ``to_json`` where a command prints them as JSON; the CLI renders their text.
 """
 
 from __future__ import annotations
 
 import functools
-import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from autotune.errors import NoResultError, NotFoundError, SpecError
+from autotune.errors import NoResultError, SpecError
+from autotune.recommend.published import PriorRecommendation, published_prior
 from autotune.recommend.starts import starts_json as _starts_json
+from autotune.recommend.studies import Coverage, select_study
 from autotune.spec.loader import ResolvedStudy
-from autotune.spec.methods import config_id
 
 if TYPE_CHECKING:
     from autotune.recommend.answer_value import Answer
     from autotune.recommend.check import CheckResult
     from autotune.recommend.choose import Choice
-    from autotune.spec.context import BucketPick
-    from autotune.spec.published import PublishedResult, StartingPoint
     from autotune.spec.slo import SLO
     from autotune.store import MeasurementRecord, Store, StudyRecord
-
-Planned = Callable[[ResolvedStudy], int]
-"""How many engine configs a study's search space holds (``autotune.search.space``)."""
-
-
-FINISHED = "done"
-"""The only status of a study whose strategy finished (space exhausted or nothing can beat the
-best). Budget-stopped studies read ``stopped: budget`` / ``stopped: --max-configs`` /
-``stopped: --max-engines``, interrupted ones ``interrupted``; a killed run stays ``running``."""
-
-
-@dataclass(frozen=True)
-class Coverage:
-    """How much of a study's search space was measured."""
-
-    measured: int
-    """Engine configs that finished (completed or failed)."""
-    planned: int
-    """Engine configs in the study's search space."""
-    status: str
-
-    @property
-    def exhausted(self) -> bool:
-        return self.status == FINISHED or self.measured >= self.planned
-
-    def line(self, study: str) -> str:
-        return (
-            f"study {study!r} is {self.status}: {self.measured} of the {self.planned} configs "
-            f"its search planned were measured; the answer may change when it finishes "
-            f"(autotune study resume {study})"
-        )
-
-
-def coverage(store: Store, record: StudyRecord, planned: Planned) -> Coverage:
-    """Finished configs vs the ``planned`` configs of the study's search space."""
-    resolved = ResolvedStudy.from_json(record.resolved_json)
-    # Distinct configs: the drift check's second baseline run is the same config.
-    from autotune.store import FINISHED_STATES
-
-    measured = len({t.config_key for t in store.trials(record) if t.state in FINISHED_STATES})
-    return Coverage(measured=measured, planned=planned(resolved), status=record.status)
-
-
-@dataclass(frozen=True)
-class Selected:
-    """The study an answer comes from, and why, when it is not a finished one."""
-
-    study: StudyRecord
-    rows: Sequence[MeasurementRecord]
-    notes: tuple[str, ...]
-    """Lines for stderr: which partial study is used and how much of it was measured."""
-    coverage: Coverage | None
-    """None for a finished study (status ``done``)."""
-
-
-def select_study(
-    store: Store, model: str, workload: str, study: str | None, planned: Planned
-) -> Selected:
-    """The study `recommend` and `check` answer from.
-
-    ``study`` picks one explicitly. Otherwise, among the studies of ``model`` that measured
-    ``workload``: the finished one (status ``done``) with the newest measurement; when none is
-    finished, the partial one with the newest measurement, with a note saying so. Either way, a
-    study whose search space was not exhausted gets a note with its coverage.
-    """
-    studies = [
-        s
-        for s in store.list_studies()
-        if (study is None or s.name == study) and model in (s.model_alias, s.model)
-    ]
-    if study is not None and not studies:
-        raise NotFoundError(f"no study named {study!r} for model {model!r}")
-    candidates = []
-    for s in studies:
-        rows = store.measurements(study=s.name, workload=workload)
-        if rows:
-            candidates.append((s.status == FINISHED, max(r.created_at for r in rows), s, rows))
-    if not candidates:
-        raise NoResultError(
-            f"nothing measured for model {model!r} and workload {workload!r} yet; "
-            f"create and run a study first (autotune study create / autotune study run)"
-        )
-    finished, _, record, rows = max(candidates, key=lambda c: (c[0], c[1]))
-    notes: list[str] = []
-    if study is None and not finished:
-        notes.append(
-            f"no finished study of {model} measured {workload}; answering from the partial "
-            f"study {record.name!r} (status {record.status}), the one measured most recently"
-        )
-    # A finished study's strategy ended by itself; only a partial one needs its coverage (and
-    # computing it imports the search package, a good part of a read-only command's time).
-    cov = None if record.status == FINISHED else coverage(store, record, planned)
-    if cov is not None and not cov.exhausted:
-        notes.append(cov.line(record.name))
-    return Selected(record, rows, tuple(notes), cov)
-
-
-def measured_buckets(
-    store: Store, model: str, workload: str, study: str | None = None
-) -> dict[int, str]:
-    """The context-length buckets (``WORKLOAD@ctxL``) of ``workload`` measured for ``model``
-    (in ``study`` only, when given): context length -> measured workload name."""
-    from autotune.spec.context import buckets_of
-
-    return buckets_of(workload, measured_workload_names(store, model, study))
-
-
-def measured_workload_names(store: Store, model: str, study: str | None = None) -> set[str]:
-    """Every workload name measured for ``model`` (in ``study`` only, when given)."""
-    names: set[str] = set()
-    for s in store.list_studies():
-        if (study is None or s.name == study) and model in (s.model_alias, s.model):
-            names.update(r.workload for r in store.measurements(study=s.name))
-    return names
-
-
-def per_context_only(store: Store, model: str, workload: str, study: str | None = None) -> str:
-    """Why a question about ``workload`` without ``--context`` has no single answer ("" when it
-    has one): it was measured per context-length bucket only."""
-    from autotune.spec.context import buckets_of
-
-    names = measured_workload_names(store, model, study)
-    found = buckets_of(workload, names)
-    if not found or workload in names:
-        return ""
-    return (
-        f"workload {workload!r} of {model} was measured per context length only (buckets of "
-        f"{', '.join(map(str, found))} prompt tokens): give --context L (the prompt tokens of "
-        "the requests to answer for), or --format dsd for one table per bucket"
-    )
-
-
-def context_bucket(
-    store: Store, model: str, workload: str, context: int, study: str | None = None
-) -> BucketPick:
-    """The measured bucket that answers for requests of ``context`` prompt tokens
-    (``autotune.spec.context.BucketPick``): the smallest at or above it, else the largest."""
-    from autotune.spec.context import pick_bucket
-
-    found = measured_buckets(store, model, workload, study)
-    pick = pick_bucket(workload, context, found.values())
-    if pick is None:
-        raise NoResultError(
-            f"no context-length bucket of workload {workload!r} was measured for model "
-            f"{model!r}; measure some with context_lengths: [...] in a study file, or drop "
-            "--context"
-        )
-    return pick
 
 
 @dataclass(frozen=True)
@@ -347,31 +197,21 @@ class Recommendation:
         for an answer over several levels: one level's answer is that level's best)."""
         if self.concurrency is not None and self.weights is None:
             return ()
-        mine = config_id(self.speculative_config)
-        out = []
-        for lv in self.per_level:
-            if not self._answers(lv.concurrency):
-                continue
-            if any(config_id(t.speculative_config) == mine for t in (lv.best, *lv.tied_with)):
-                continue
-            ours = next(
-                (s for s in (*lv.ranked, *lv.screened) if config_id(s.speculative_config) == mine),
-                None,
+        from autotune.recommend.answer_value import losing_levels
+
+        levels = [lv for lv in self.per_level if self._answers(lv.concurrency)]
+        return tuple(
+            Loss(
+                concurrency=lv.concurrency,
+                answer=ours.label(),
+                winner=lv.best.label(),
+                winner_config=lv.best.speculative_config,
+                loss_pct=pct,
+                answer_tok_s=ours.median_tok_s,
+                winner_tok_s=lv.best.median_tok_s,
             )
-            if ours is None or lv.best.median_tok_s <= 0:
-                continue
-            out.append(
-                Loss(
-                    concurrency=lv.concurrency,
-                    answer=ours.label(),
-                    winner=lv.best.label(),
-                    winner_config=lv.best.speculative_config,
-                    loss_pct=100.0 * (1.0 - ours.median_tok_s / lv.best.median_tok_s),
-                    answer_tok_s=ours.median_tok_s,
-                    winner_tok_s=lv.best.median_tok_s,
-                )
-            )
-        return tuple(o for o in out if o.loss_pct > 0)
+            for lv, ours, pct in losing_levels(self.speculative_config, levels)
+        )
 
     def judged_where(self) -> str | None:
         """Which levels a judgement of this answer is about, when not its own concurrency:
@@ -493,7 +333,6 @@ def recommend(
     study: str | None,
     slo: SLO | None,
     traffic: dict[int, float] | None,
-    planned: Planned,
 ) -> Recommendation:
     """The measured recommendation for (model, workload[, concurrency]).
 
@@ -523,7 +362,7 @@ def recommend(
         choose_overall_slo,
     )
 
-    sel = select_study(store, model, workload, study, planned)
+    sel = select_study(store, model, workload, study)
     record, rows = sel.study, sel.rows
     levels = sorted({r.concurrency for r in rows})
     weights: dict[int, float] | None = None
@@ -602,85 +441,6 @@ def recommend(
     )
 
 
-@dataclass(frozen=True)
-class PriorRecommendation:
-    """An answer from a published result or recipe, for a pair nothing was measured for."""
-
-    point: StartingPoint
-    model: str
-    """HF id of the catalog's target checkpoint."""
-    tensor_parallel_size: int
-    engine_args: dict[str, Any]
-    source: str = "published"
-
-    @property
-    def result(self) -> PublishedResult | None:
-        return self.point.result
-
-    @property
-    def speculative_config(self) -> dict[str, Any] | None:
-        from autotune.spec.methods import speculative_config
-
-        p = self.point
-        params = {}
-        entry = _catalog_entry(p.alias)
-        if entry is not None and p.method in entry.methods:
-            params = dict(entry.methods[p.method].params)
-        return speculative_config(p.method, p.num_speculative_tokens, p.draft, params)
-
-    def to_json(self) -> dict[str, Any]:
-        """What `recommend --json` prints for a published answer."""
-        return {"speculative_config": self.speculative_config, **self.label()}
-
-    def label(self) -> dict[str, Any]:
-        """What `--json`/`--explain` and the stderr note carry about the source."""
-        p = self.point
-        r = p.result
-        return {
-            "source": "published",
-            "citation": p.citation,
-            "method": p.method,
-            "num_speculative_tokens": p.num_speculative_tokens,
-            "n_from": p.n_source,
-            "speedup": r.speedup if r else None,
-            "mean_acceptance_length": r.mean_acceptance_length if r else None,
-            "dataset": r.dataset if r else None,
-            "concurrency": r.concurrency if r else None,
-            "hardware": p.hardware,
-            "engine": r.engine if r else None,
-            "measured_model": r.model if r else None,
-            "date": str(r.date) if r and r.date else None,
-            "labels": list(p.labels),
-            "notes": r.notes if r else "",
-        }
-
-
-def _catalog_entry(alias: str) -> Any:
-    from autotune.spec.catalog import load_catalog
-
-    catalog = load_catalog()
-    found = catalog.resolve(alias)
-    return catalog.models.get(found[0] if found else alias)
-
-
-def published_prior(
-    model: str, workload: str, concurrency: int | None = None
-) -> PriorRecommendation | None:
-    """The published starting point `recommend` falls back to when nothing is measured."""
-    from autotune.spec.published import starting_point
-
-    point = starting_point(model, workload, concurrency)
-    if point is None:
-        return None
-    entry = _catalog_entry(point.alias)
-    return PriorRecommendation(
-        point=point,
-        model=entry.model if entry is not None else model,
-        tensor_parallel_size=entry.tensor_parallel_size.get("default", 1) if entry else 1,
-        engine_args=dict(entry.engine_args) if entry is not None else {},
-    )
-
-
 SOURCES = ("any", "measured", "published")
 
 
@@ -693,7 +453,6 @@ def answer(
     source: str,
     slo: SLO | None,
     traffic: dict[int, float] | None,
-    planned: Planned,
 ) -> Recommendation | PriorRecommendation:
     """What `autotune recommend` prints: the measured recommendation, else (``source`` "any")
     the published starting point; ``source`` "measured"/"published" asks for one of them only.
@@ -716,7 +475,7 @@ def answer(
                     "create / autotune study run)"
                 )
             opened = store() if callable(store) else store
-            return recommend(opened, model, workload, concurrency, study, slo, traffic, planned)
+            return recommend(opened, model, workload, concurrency, study, slo, traffic)
         except NoResultError as exc:
             # A published result says nothing of latency or of a traffic mix: no fallback.
             if source == "measured" or study is not None or slo or traffic:
@@ -764,14 +523,13 @@ def check_stored(
     concurrency: int | None,
     tolerance_pct: float,
     study: str | None,
-    planned: Planned,
 ) -> StoredCheck:
     """Judge ``deployed`` against the measured recommendation (:func:`autotune.recommend.check.
     check`): within ``tolerance_pct`` of its robust score, in the same cell, measured on the
     vLLM installed now."""
     from autotune.recommend import check as gate
 
-    rec = recommend(store, model, workload, concurrency, study, None, None, planned)
+    rec = recommend(store, model, workload, concurrency, study, None, None)
     result = gate.check(
         rec.choice,
         deployed,
@@ -785,78 +543,3 @@ def check_stored(
     # a partial study, or one whose space was not exhausted (#11.2); low-confidence levels (#11.8)
     notes = (*rec.notes, *(lc.line() for lc in rec.low_confidence))
     return StoredCheck(rec, result, notes)
-
-
-def next_steps(
-    record: StudyRecord, db: str | None = None, password_masked: bool = False
-) -> list[str]:
-    """The commands to run after a study run: look at the report, take the recommendation.
-
-    Each names the study (``--study``), so it answers from this one and not from whichever
-    study is newest, and the store (``--db db``) when one was given. ``db`` is the URL as
-    printed (its password masked); ``password_masked`` adds the line saying how to pass the
-    real one (``AUTOTUNE_DB``), since a masked URL is no URL to paste."""
-    resolved = ResolvedStudy.from_json(record.resolved_json)
-    alias = record.model_alias or record.model
-    q = shlex.quote  # the lines are commands to paste: every user-given word quoted
-    at = "autotune " if db is None else f"autotune --db {q(db)} "
-    study = f"--study {q(record.name)}"
-    lines = [f"next: {at}report {q(record.name)} --html {q(record.name + '.html')}"]
-    lengths = resolved.spec.context_lengths if resolved.landscape is None else None
-    from autotune.spec.context import split_bucket
-
-    for w in resolved.spec.workloads:
-        base, length = split_bucket(w)  # a replayed landscape's bucket: ask by --context
-        context = length or (lengths[-1] if lengths else None)
-        flag = f" --context {context}" if context else ""
-        lines.append(
-            f"      {at}recommend --model {q(alias)} --workload {q(base)}{flag} {study} --explain"
-        )
-    if lengths:
-        lines += [
-            f"      {at}recommend --model {q(alias)} --workload {q(w)} {study} --format dsd"
-            for w in resolved.spec.workloads
-        ]
-    if password_masked and db is not None:
-        lines.append(
-            "      (the store URL's password is shown as ***: set AUTOTUNE_DB to the real URL "
-            "and drop --db, e.g. export AUTOTUNE_DB='postgresql://USER:PASSWORD@HOST/DB')"
-        )
-    return lines
-
-
-@dataclass(frozen=True)
-class CatalogMethod:
-    """One method of a catalog model, with the N range autotune searches for it."""
-
-    alias: str
-    model: str
-    tensor_parallel_size: dict[str, int]
-    method: str | None
-    draft: str | None
-    n_max: int | None
-    """None: no method, or a DSpark draft whose N is its trained block (read from its config)."""
-
-
-def catalog_methods() -> list[CatalogMethod]:
-    """Every (model, method) of the catalog with its N bound: the smaller of the catalog's
-    ``n_max`` and what the method's rules allow for that model."""
-    from autotune.spec.catalog import load_catalog
-    from autotune.spec.methods import RuleContext, max_n
-
-    out = []
-    for alias, entry in load_catalog().models.items():
-        tp = dict(entry.tensor_parallel_size)
-        if not entry.methods:
-            out.append(CatalogMethod(alias, entry.model, tp, None, None, None))
-        for method, m in entry.methods.items():
-            ctx = RuleContext(
-                mtp_layers=entry.mtp_layers,
-                block_size=m.block_size,
-                mla_attention=entry.mla_attention,
-            )
-            hi: int | None = min(m.n_max or max_n(method, ctx), max_n(method, ctx))
-            if method == "dspark" and m.block_size is None:
-                hi = None
-            out.append(CatalogMethod(alias, entry.model, tp, method, m.draft, hi))
-    return out

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from autotune.spec.methods import config_id
 
 if TYPE_CHECKING:
+    from autotune.evidence.scores import ConfigScore
     from autotune.recommend.choose import Choice
     from autotune.store.records import MeasurementRecord
 
@@ -228,17 +229,17 @@ def level_answer(
     )
 
 
-def default_answer(
-    overall: Choice | None, levels: tuple[LevelAnswer, ...], per_level: tuple[Choice, ...]
-) -> DefaultAnswer | None:
-    """The all-levels answer: ``overall`` (``choose_overall``), the levels where another config
-    wins, and the reasons of every level it draws on."""
-    if overall is None:
-        return None
-    mine = config_id(overall.best.speculative_config)
-    losses = []
+def losing_levels(
+    config: dict[str, Any] | None, per_level: Sequence[Choice]
+) -> tuple[tuple[Choice, ConfigScore, float], ...]:
+    """The levels of ``per_level`` where ``config`` was measured and another config wins outside
+    the level's tie band: (the level's choice, ``config``'s score there, how far its median is
+    below the winner's, in percent and positive). One rule for the all-levels answer's
+    ``loses_at`` and `recommend`'s loss notes."""
+    mine = config_id(config)
+    out = []
     for lv in per_level:
-        # Inside the level's 1 % tie band the default is that level's answer too.
+        # Inside the level's 1 % tie band the answer is that level's answer too.
         if any(config_id(t.speculative_config) == mine for t in (lv.best, *lv.tied_with)):
             continue
         ours = next(
@@ -247,13 +248,23 @@ def default_answer(
         )
         if ours is None or lv.best.median_tok_s <= 0:
             continue
-        losses.append(
-            Loss(
-                lv.concurrency,
-                lv.best.label(prose=False),
-                100.0 * (1.0 - ours.median_tok_s / lv.best.median_tok_s),
-            )
-        )
+        loss_pct = 100.0 * (1.0 - ours.median_tok_s / lv.best.median_tok_s)
+        if loss_pct > 0:
+            out.append((lv, ours, loss_pct))
+    return tuple(out)
+
+
+def default_answer(
+    overall: Choice | None, levels: tuple[LevelAnswer, ...], per_level: tuple[Choice, ...]
+) -> DefaultAnswer | None:
+    """The all-levels answer: ``overall`` (``choose_overall``), the levels where another config
+    wins, and the reasons of every level it draws on."""
+    if overall is None:
+        return None
+    losses = tuple(
+        Loss(lv.concurrency, lv.best.label(prose=False), pct)
+        for lv, _, pct in losing_levels(overall.best.speculative_config, per_level)
+    )
     reasons: list[Reason] = []
     for la in levels:
         for r in la.reasons:
@@ -271,7 +282,7 @@ def default_answer(
         verdict=verdict,
         confidence=_confidence(verdict, tuple(reasons)),
         reasons=tuple(reasons),
-        loses_at=tuple(loss for loss in losses if loss.loss_pct > 0),
+        loses_at=losses,
     )
 
 

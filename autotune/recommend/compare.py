@@ -1,9 +1,10 @@
 """Two studies side by side (`autotune compare A B`): per (workload, concurrency) each study's
 answer, its speedup and confidence, and what changed from A to B beyond the measured noise.
 
-A change is judged like a tie (:mod:`autotune.evidence.scores`): each side's median carries a 95%
-Student-t interval on log values (:func:`autotune.evidence.scores.median_ci_halfwidth_pct`), and
-a change is *beyond noise* when the 95% interval of the ratio B/A excludes 1. A *regression* is a
+A change is judged by the one rule recommend judges by (:func:`autotune.evidence.decide.verdict`):
+each side's median carries a 95% Student-t interval on log values
+(:func:`autotune.evidence.scores.median_ci_halfwidth_pct`), and a change is *beyond noise* when
+it is decided: past the 1 % tie band, with the 95% interval of the ratio B/A excluding 1. A *regression* is a
 fall beyond noise and beyond ``tolerance_pct``: of the throughput and the speedup (over each
 study's own "off") of the config A answers, or of the mean acceptance length of any drafter
 measured in both. Acceptance is a ratio of counters (exact at temperature 0), speedup a ratio of
@@ -21,7 +22,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from autotune.evidence.cells import Evidence, Rows
-from autotune.evidence.scores import STATABLE_PCT, ConfigScore, median_ci_halfwidth_pct
+from autotune.evidence.decide import halfwidth_log, margin_pct, verdict
+from autotune.evidence.scores import STATABLE_PCT, ConfigScore
 from autotune.spec.methods import config_id
 
 if TYPE_CHECKING:
@@ -32,13 +34,6 @@ DEFAULT_TOLERANCE_PCT = 5.0
 """How far a metric may fall (beyond noise) before `compare` calls it a regression."""
 
 METRICS = ("output_throughput_tok_s", "speedup_vs_off", "mean_acceptance_length")
-
-
-def _ci_log(values: Sequence[float]) -> float:
-    """Half-width in log units of the 95% interval of the median of ``values`` (inf: under two
-    values, nothing measures their noise)."""
-    pct = median_ci_halfwidth_pct(values)
-    return math.log1p(pct / 100.0) if math.isfinite(pct) else math.inf
 
 
 @dataclass(frozen=True)
@@ -56,7 +51,7 @@ class Change:
 
     @property
     def change_pct(self) -> float:
-        return 100.0 * (self.b / self.a - 1.0) if self.a > 0 else math.inf
+        return margin_pct(self.b, self.a) if self.a > 0 else math.inf
 
     @property
     def undecided(self) -> bool:
@@ -65,11 +60,13 @@ class Change:
 
     @property
     def beyond_noise(self) -> bool:
-        """Whether the ratio's 95% interval excludes 1 (an exact counter ratio, interval 0,
-        changes on any difference)."""
+        """Whether the one rule decides B from A (:func:`autotune.evidence.decide.verdict`):
+        beyond the 1 % tie band, with the ratio's 95% interval excluding 1 (an exact counter
+        ratio, interval 0, changes on any difference past the band)."""
         if self.undecided or self.a <= 0 or self.b <= 0:
             return False
-        return abs(math.log(self.b / self.a)) > math.log1p(self.halfwidth_pct / 100.0)
+        contains_one = abs(math.log(self.b / self.a)) <= math.log1p(self.halfwidth_pct / 100.0)
+        return verdict(margin_pct(self.b, self.a), contains_one) == "decided"
 
     @property
     def regression(self) -> bool:
@@ -195,7 +192,7 @@ def _acceptance_lengths(rows: Sequence[MeasuredRow]) -> list[float]:
 
 
 def _change(metric: str, config: str, a: Sequence[float], b: Sequence[float], tol: float) -> Change:
-    width = math.hypot(_ci_log(a), _ci_log(b))
+    width = math.hypot(halfwidth_log(a), halfwidth_log(b))
     return Change(
         metric=metric,
         config=config,
@@ -214,7 +211,7 @@ def _speedup_change(
 ) -> Change:
     """The speedup over off of one config in A and B: a ratio of ratios, whose interval combines
     all four medians' (each side's speedup is two medians from one machine)."""
-    width = math.sqrt(sum(_ci_log(s.throughputs) ** 2 for s in (*same, *off)))
+    width = math.sqrt(sum(halfwidth_log(s.throughputs) ** 2 for s in (*same, *off)))
     return Change(
         metric="speedup_vs_off",
         config=config,

@@ -12,9 +12,11 @@ judged at is refused.
 
 Every config delivers R requests/s in steady state, so what differs is latency: the answer is the
 config with the lowest mean latency at R (the lowest concurrency), and configs within its noise
-are tied the way :mod:`autotune.recommend.choose` ties them (the 95% interval of the ratio of
-medians, :func:`autotune.evidence.scores.median_ci_halfwidth_pct`, or the 1% tie rule), the
-preferred of them answering (off, then the smaller N, then no draft model).
+are not told apart by the one rule recommend judges by (:func:`autotune.evidence.decide.verdict`:
+within 1 %, or undecided where the 95% interval of the ratio of latencies,
+:func:`autotune.evidence.scores.median_ci_halfwidth_pct`, still contains 1; a 2× gap never),
+the preferred of them answering (:func:`autotune.evidence.decide.preference`: off, then the
+smaller N, then no draft model).
 
 Assumptions: steady state (R below every judged config's capacity, no queue growth); latency at
 a concurrency is what the closed loop measured there, whatever the arrival process (Poisson
@@ -34,12 +36,8 @@ from typing import TYPE_CHECKING, Any
 
 from autotune.errors import SpecError
 from autotune.evidence.cells import Evidence, Rows
-from autotune.evidence.decide import PRACTICAL_TIE_PCT
-from autotune.evidence.scores import (
-    STATABLE_PCT,
-    labels_of,
-    median_ci_halfwidth_pct,
-)
+from autotune.evidence.decide import halfwidth_log, margin_pct, preference, verdict
+from autotune.evidence.scores import STATABLE_PCT, labels_of
 from autotune.spec.methods import config_id
 
 if TYPE_CHECKING:
@@ -65,9 +63,14 @@ class ConfigAtRate:
     (the wider of the two; inf: a level with one repeat)."""
 
     def ties_with(self, other: ConfigAtRate) -> bool:
+        """Whether ``other``'s latency is not told apart from this one's by the one rule
+        (:func:`autotune.evidence.decide.verdict`: a tie inside 1 %, or undecided where the 95%
+        interval of the two latencies' ratio still contains 1; a 2× gap is always decided)."""
         width = math.hypot(self.ci_log, other.ci_log)
-        ratio = abs(math.log(self.mean_latency_ms / other.mean_latency_ms))
-        return ratio <= math.log1p(PRACTICAL_TIE_PCT / 100.0) or ratio <= width
+        contains_one = abs(math.log(self.mean_latency_ms / other.mean_latency_ms)) <= width
+        # Lower latency is better: the margin of this config over ``other``, as for throughputs.
+        margin = margin_pct(other.mean_latency_ms, self.mean_latency_ms)
+        return verdict(margin, contains_one) != "decided"
 
     def tie_pct(self, other: ConfigAtRate) -> float:
         """± percent of the 95% interval of the two latencies' ratio (inf: unmeasured noise)."""
@@ -160,11 +163,6 @@ class RateAnswer:
         }
 
 
-def _ci_log(values: Sequence[float]) -> float:
-    pct = median_ci_halfwidth_pct(values)
-    return math.log1p(pct / 100.0) if math.isfinite(pct) else math.inf
-
-
 def concurrency_at(rate: float, levels: Sequence[int], latency_s: Sequence[float]) -> float | None:
     """The c with c = rate · L(c), L interpolated linearly in c between ``levels`` (ascending)
     and ``latency_s`` (the mean latency at each); below the lowest level, when it is 1, c =
@@ -230,7 +228,7 @@ def answer_at_rate(rows: Rows, workload: str, rate: float) -> RateAnswer:
                 concurrency=c,
                 mean_latency_ms=1000.0 * c / rate,
                 levels=(lo, hi),
-                ci_log=max(_ci_log(per[lo]), _ci_log(per[hi])),
+                ci_log=max(halfwidth_log(per[lo]), halfwidth_log(per[hi])),
             )
         )
     if not judged:
@@ -244,7 +242,7 @@ def answer_at_rate(rows: Rows, workload: str, rate: float) -> RateAnswer:
     judged.sort(key=lambda x: x.mean_latency_ms)
     top = judged[0]
     group = [x for x in judged if x is top or top.ties_with(x)]
-    best = min(group, key=lambda x: (x.num_speculative_tokens, 0 if x.draft is None else 1))
+    best = min(group, key=preference)
     return RateAnswer(
         workload=workload,
         request_rate_req_s=rate,

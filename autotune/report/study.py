@@ -4,7 +4,6 @@ sections, and the lines on cells whose replies were mostly loops."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -52,7 +51,6 @@ class StudyReport:
 def report_study(
     store: Store,
     name: str,
-    planned: Callable[[ResolvedStudy], int],
     *,
     html: Path | None = None,
     png_dir: Path | None = None,
@@ -60,8 +58,7 @@ def report_study(
     parquet: Path | None = None,
 ) -> StudyReport:
     """A study's measurements and summary frames, writing the files asked for; refuses (before
-    writing anything) when Parquet support is missing or nothing was measured yet; ``planned``
-    counts the study's search space (for a partial study's coverage note)."""
+    writing anything) when Parquet support is missing or nothing was measured yet."""
     from autotune.report import (
         measurements_frame,
         plot_png,
@@ -80,9 +77,7 @@ def report_study(
             f"study {name!r} in {store.shown_url} has no measurements yet (autotune study run {name})"
         )
     record = store.get_study(name)
-    answers = study_answers(
-        store, record.name, record.model, sorted(df["workload"].unique()), planned
-    )
+    answers = study_answers(store, record.name, record.model, sorted(df["workload"].unique()))
     written: list[Path] = []
     if csv is not None:
         written.append(write_csv(df, csv))
@@ -92,9 +87,9 @@ def report_study(
         written.extend(plot_png(df, png_dir))
     if html is not None:
         written.append(write_html(df, html, answers=answers))
-    from autotune.recommend.answer import FINISHED, coverage
+    from autotune.recommend.studies import FINISHED, coverage
 
-    cov = coverage(store, record, planned) if record.status != FINISHED else None
+    cov = coverage(store, record) if record.status != FINISHED else None
     notes = () if cov is None or cov.exhausted else (cov.line(name),)
     from autotune.evidence.cells import baseline_drift
     from autotune.evidence.scores import DEFAULT_PRECISION_PCT
@@ -122,20 +117,14 @@ def report_study(
     )
 
 
-def study_answers(
-    store: Store,
-    study: str,
-    model: str,
-    workloads: list[str],
-    planned: Callable[[ResolvedStudy], int],
-) -> tuple[Answer, ...]:
+def study_answers(store: Store, study: str, model: str, workloads: list[str]) -> tuple[Answer, ...]:
     """The answer `recommend --study STUDY --workload W` gives, for every workload measured."""
     from autotune.recommend.answer import recommend
 
     out = []
     for workload in workloads:
         try:
-            rec = recommend(store, model, str(workload), None, study, None, None, planned)
+            rec = recommend(store, model, str(workload), None, study, None, None)
         except NoResultError:  # no config meets the study's SLO at every level, say
             continue
         out.append(rec.answer)

@@ -2,9 +2,10 @@
 
 Each point is one engine config. An option is a method with its draft and one combination of its
 knobs (a *variant*: a method whose ``params`` list several values of a knob has one option per
-combination, named e.g. ``ngram[prompt_lookup_min=2]``). Optuna sees the space define-by-run:
-``option`` picks a method, draft and variant, then ``<option>.num_speculative_tokens`` picks N
-within that option's range.
+combination, named e.g. ``ngram[prompt_lookup_min=2]``; :mod:`autotune.spec.options` lists the
+options and counts them for coverage). Optuna sees the space define-by-run: ``option`` picks a
+method, draft and variant, then ``<option>.num_speculative_tokens`` picks N within that option's
+range.
 
 N stays one Optuna parameter per option on purpose (issue #24 asked for one ``N``): the
 options' N ranges differ (ngram 1..5, EAGLE-3 1..7, a DSpark draft its trained block), and TPE
@@ -18,30 +19,15 @@ The Optuna copy's user attributes are numbers and JSON already (``config``,
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from autotune.engine._base import EngineConfig
-from autotune.spec.knobs import searched, variant_name, variants
 from autotune.spec.loader import ResolvedStudy
 from autotune.spec.methods import BASELINE
+from autotune.spec.options import Option as Option
+from autotune.spec.options import config_count, study_options
 
 OPTION = "option"
-
-
-@dataclass(frozen=True)
-class Option:
-    """A method with its draft and one fixed value per knob; N is chosen per trial."""
-
-    name: str
-    method: str
-    draft: str | None
-    n_values: tuple[int, ...]
-    params: tuple[tuple[str, Any], ...] = ()
-
-    @property
-    def n_param(self) -> str:
-        return f"{self.name}.num_speculative_tokens"
 
 
 class SearchSpace:
@@ -49,26 +35,8 @@ class SearchSpace:
 
     def __init__(self, study: ResolvedStudy):
         self.study = study
-        options: list[Option] = []
-        if study.spec.baseline:
-            options.append(Option(BASELINE, BASELINE, None, (0,)))
-        seen: dict[str, int] = {}
-        for m in study.methods:
-            seen[m.method] = seen.get(m.method, 0) + 1
-            name = m.method if seen[m.method] == 1 else f"{m.method}#{seen[m.method]}"
-            shown = searched(m.params)
-            for variant in variants(m.params):
-                options.append(
-                    Option(
-                        name=variant_name(name, variant, shown),
-                        method=m.method,
-                        draft=m.draft,
-                        n_values=tuple(m.num_speculative_tokens.values()),
-                        params=tuple(sorted(variant.items())),
-                    )
-                )
-        self.options = options
-        self._by_name = {o.name: o for o in options}
+        self.options = study_options(study)
+        self._by_name = {o.name: o for o in self.options}
 
     def option(self, name: str) -> Option:
         return self._by_name[name]
@@ -137,7 +105,7 @@ class SearchSpace:
         return self.config(option, n)
 
     def __len__(self) -> int:
-        return sum(len(o.n_values) for o in self.options)
+        return config_count(self.options)
 
 
 def validate_study(resolved: ResolvedStudy, source: str) -> None:

@@ -2,12 +2,14 @@
 cited acceptance-length curves.
 
 The data lives in ``autotune/catalog/models.yaml`` (one file, not code); this module gives it a
-strict schema and the lookups the rest of autotune uses.
+strict schema, the lookups the rest of autotune uses, and the catalog's view by method
+(:func:`catalog_methods`: each model's methods with the N range autotune searches).
 """
 
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 from importlib import resources
 from typing import Annotated, Any, Literal
 
@@ -224,3 +226,37 @@ def acceptance_curves(model: str, alias: str | None = None) -> dict[str, list[Ac
     return {
         m: list(e.acceptance_curves) for m, e in found[1].methods.items() if e.acceptance_curves
     }
+
+
+@dataclass(frozen=True)
+class CatalogMethod:
+    """One method of a catalog model, with the N range autotune searches for it."""
+
+    alias: str
+    model: str
+    tensor_parallel_size: dict[str, int]
+    method: str | None
+    draft: str | None
+    n_max: int | None
+    """None: no method, or a DSpark draft whose N is its trained block (read from its config)."""
+
+
+def catalog_methods() -> list[CatalogMethod]:
+    """Every (model, method) of the catalog with its N bound (what `autotune models` lists):
+    the smaller of the catalog's ``n_max`` and what the method's rules allow for that model."""
+    out = []
+    for alias, entry in load_catalog().models.items():
+        tp = dict(entry.tensor_parallel_size)
+        if not entry.methods:
+            out.append(CatalogMethod(alias, entry.model, tp, None, None, None))
+        for method, m in entry.methods.items():
+            ctx = RuleContext(
+                mtp_layers=entry.mtp_layers,
+                block_size=m.block_size,
+                mla_attention=entry.mla_attention,
+            )
+            hi: int | None = min(m.n_max or max_n(method, ctx), max_n(method, ctx))
+            if method == "dspark" and m.block_size is None:
+                hi = None
+            out.append(CatalogMethod(alias, entry.model, tp, method, m.draft, hi))
+    return out

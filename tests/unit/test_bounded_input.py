@@ -666,6 +666,7 @@ def test_printed_commands_are_shell_quoted() -> None:
     from types import SimpleNamespace
 
     from autotune import api
+    from autotune.cli._hints import next_lines
 
     resolved = SimpleNamespace(
         spec=SimpleNamespace(workloads=["my wl; rm -rf ~"], context_lengths=None), landscape=None
@@ -674,7 +675,7 @@ def test_printed_commands_are_shell_quoted() -> None:
     original = api.ResolvedStudy.from_json
     api.ResolvedStudy.from_json = lambda text: resolved  # type: ignore[assignment,method-assign]
     try:
-        lines = api.next_steps(record)  # type: ignore[arg-type]
+        lines = next_lines(api.next_steps(record))  # type: ignore[arg-type]
     finally:
         api.ResolvedStudy.from_json = original  # type: ignore[method-assign]
     words = shlex.split(lines[1])

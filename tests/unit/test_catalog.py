@@ -10,14 +10,10 @@ import yaml
 from pydantic import ValidationError
 
 from autotune.errors import SpecError
+from autotune.recommend.published import best_prior
 from autotune.spec.catalog import Catalog, acceptance_curves, load_catalog, parse_catalog
 from autotune.spec.methods import METHODS, RuleContext, check
-from autotune.spec.published import (
-    PublishedResult,
-    PublishedResults,
-    best_prior,
-    load_published,
-)
+from autotune.spec.published import PublishedResult, PublishedResults, load_published
 
 CATALOG = load_catalog()
 PUBLISHED = load_published().results

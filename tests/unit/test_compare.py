@@ -130,3 +130,12 @@ def test_one_repeat_a_side_is_undecided_never_a_regression() -> None:
     exact = Change("mean_acceptance_length", "ngram N=1", 2.0, 1.9, 0.0, 5.0)
     assert exact.beyond_noise and exact.regression  # counters at T=0: no noise to hide in
     assert not Change("mean_acceptance_length", "x", 2.0, 1.95, 0.0, 5.0).regression
+
+
+def test_a_change_inside_the_tie_band_is_no_change_as_recommend_says() -> None:
+    # The one rule (autotune.evidence.decide.verdict): within 1 % is a tie, even for an exact
+    # counter ratio; past it, the same interval decides.
+    inside = Change("mean_acceptance_length", "x", 2.0, 1.99, 0.0, 0.0)
+    assert not inside.beyond_noise and not inside.regression
+    past = Change("mean_acceptance_length", "x", 2.0, 1.97, 0.0, 0.0)
+    assert past.beyond_noise and past.regression

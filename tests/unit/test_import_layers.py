@@ -304,7 +304,9 @@ ANSWERING = {
         "pareto_front",
         "trade_off_rows",
     },
-    "autotune.recommend.answer": {"FINISHED", "coverage", "recommend"},
+    "autotune.recommend.answer": {"recommend"},
+    # which study answers, and how much of it was measured (a partial study's coverage note)
+    "autotune.recommend.studies": {"FINISHED", "coverage"},
     # the one answer every surface renders (issue #31)
     "autotune.recommend.answer_value": {"Answer", "from_rows"},
     "autotune.recommend.check": {"label"},

@@ -343,7 +343,8 @@ def test_study_create_prints_no_library_notices(tmp_path):
 def test_published_starting_points_an_expert_would_accept() -> None:
     """HF ids resolve to catalog aliases; acceptance-only results never suggest an N past the
     catalog's bound for the method; random-prompt results rank last and say so."""
-    from autotune.spec.published import load_published, starting_point
+    from autotune.recommend.published import starting_point
+    from autotune.spec.published import load_published
 
     catalog = load_catalog()
     by_id = starting_point("moonshotai/Kimi-K2.5", "code")
