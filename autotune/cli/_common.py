@@ -69,8 +69,6 @@ class FiniteFloatRange(click.FloatRange):
         return super().convert(value, param, ctx)
 
 
-FINITE_FLOAT = FiniteFloatRange()
-"""A finite number (``inf``, ``nan`` and ``1e999`` are refused)."""
 NON_NEGATIVE_FLOAT = FiniteFloatRange(min=0.0)
 """A finite number >= 0."""
 POSITIVE_FLOAT = FiniteFloatRange(min=0.0, min_open=True)
@@ -157,14 +155,6 @@ def table_format_options(f: Callable[..., Any]) -> Callable[..., Any]:
         "notes stay on stderr.",
     )(f)
     return f
-
-
-def stdout_is_terminal() -> bool:
-    return sys.stdout.isatty()
-
-
-def stderr_is_terminal() -> bool:
-    return sys.stderr.isatty()
 
 
 _VLLM_LOG_ENV = "VLLM_LOGGING_LEVEL"

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import shlex
-import signal
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +14,6 @@ from autotune.cli._common import (
     NAME,
     POSITIVE_INT,
     Context,
-    FiniteFloatRange,
     confirm_destructive,
     echo_json,
     emit_table,
@@ -25,6 +23,8 @@ from autotune.cli._common import (
     pass_ctx,
     table_format_options,
 )
+from autotune.cli._driver import interruption, quiet_libraries, stop_on_signals
+from autotune.cli._run_options import run_options
 
 
 @click.group()
@@ -338,110 +338,10 @@ def delete(ctx: Context, name: str, yes: bool) -> None:
     note(f"deleted study {name!r} from {store.shown_url}")
 
 
-def _run_options(f: Any) -> Any:
-    f = click.option(
-        "--json",
-        "as_json",
-        is_flag=True,
-        help="With --dry-run: print the plan as JSON.",
-    )(f)
-    f = click.option(
-        "--check-hub",
-        is_flag=True,
-        help="With --dry-run: ask the Hugging Face hub (a network request) whether the weights "
-        "not cached here can be downloaded [default: not asked; HF_HUB_OFFLINE=1 means offline].",
-    )(f)
-    f = click.option(
-        "--dry-run",
-        is_flag=True,
-        help="Print the plan and start nothing: the engine configs the strategy starts first, "
-        "GPUs or cores per engine, which weights are local and which would be downloaded, the "
-        "hub, and the estimated engine-hours against the budget. Exit 0: it can run; 1: it "
-        "cannot (the reasons are printed).",
-    )(f)
-    f = click.option(
-        "--ray-address",
-        metavar="ADDR",
-        default=None,
-        envvar="RAY_ADDRESS",
-        help="Connect to this Ray cluster (HOST:PORT, ray://HOST:PORT or auto) instead of "
-        "starting a local one; HOST:PORT must accept a TCP connection within 3 s.",
-    )(f)
-    f = click.option(
-        "--max-engines",
-        type=POSITIVE_INT,
-        default=None,
-        metavar="N",
-        help="At most N engines at once [default: one per GPU group; 1 on CPU].",
-    )(f)
-    f = click.option(
-        "--num-gpus",
-        type=click.IntRange(min=1),
-        default=None,
-        metavar="N",
-        help="Start the local Ray cluster with N logical GPUs (as on a GPU node; "
-        "replay studies then run N / TP engines at once).",
-    )(f)
-    f = click.option(
-        "--replay-time-scale",
-        type=FiniteFloatRange(min=0.0, max=1000.0),
-        default=None,
-        metavar="F",
-        help="Replay engines sleep for their recorded start and measurement times x F (0 to 1000).",
-    )(f)
-    f = click.option(
-        "--max-configs",
-        type=POSITIVE_INT,
-        default=None,
-        metavar="N",
-        help="Stop after N engine configs in this run (resume continues).",
-    )(f)
-    f = click.option(
-        "--wait",
-        is_flag=True,
-        help="If another driver is running the study, wait for it to finish instead of "
-        "exiting with code 2.",
-    )(f)
-    f = click.option(
-        "--lease-ttl",
-        type=float,
-        default=None,
-        metavar="SECONDS",
-        callback=_lease_ttl,
-        help="Another driver may take the study over after this many seconds without a "
-        "heartbeat from this one [default: 60]; raise it on a flaky link to the database.",
-    )(f)
-    f = click.option(
-        "--verbose",
-        "-v",
-        is_flag=True,
-        help="Stream the engines' logs (vLLM, Ray) and library warnings to stderr.",
-    )(f)
-    f = click.option(
-        "--quiet",
-        "-q",
-        is_flag=True,
-        help="Print only the final summary (no progress, no per-config lines).",
-    )(f)
-    f = click.option(
-        "--no-progress",
-        is_flag=True,
-        help="No progress bar: one line per finished engine config on stderr, as off a terminal.",
-    )(f)
-    return f
-
-
-def _lease_ttl(_ctx: Any, _param: Any, value: float | None) -> float | None:
-    from autotune.store.store import check_lease_ttl
-
-    if value is not None:
-        check_lease_ttl(value)  # finite and > 0: SpecError, one line, exit 2
-    return value
-
-
 def _run(
     ctx: Context,
     name: str,
+    *,
     ray_address: str | None,
     max_engines: int | None,
     max_configs: int | None,
@@ -450,12 +350,13 @@ def _run(
     no_progress: bool,
     num_gpus: int | None,
     replay_time_scale: float | None,
-    wait: bool = False,
-    lease_ttl: float | None = None,
-    dry_run: bool = False,
-    check_hub: bool = False,
-    as_json: bool = False,
+    wait: bool,
+    lease_ttl: float | None,
+    dry_run: bool,
+    check_hub: bool,
+    as_json: bool,
 ) -> None:
+    """The one body of `study run` and `study resume` (a run resumes what it finds)."""
     from autotune import api
     from autotune.cli.progress import make_reporter
 
@@ -495,17 +396,14 @@ def _run(
         # The tuner's cleanup has run: engines stopped, the trial in flight and the study
         # marked interrupted. Say how to go on, and exit as a signalled process does.
         db = f"--db {shlex.quote(store.shown_url)} " if ctx.db else ""  # password masked
-        # Ray may re-raise the interrupt as a plain KeyboardInterrupt: the handler's flag says.
-        sigterm = isinstance(exc, Terminated) or bool(terminated)
-        hangup = signal.SIGHUP in terminated  # a closed terminal, a killed tmux
-        why = "SIGHUP" if hangup else "SIGTERM" if sigterm else "Ctrl-C"
+        why, code = interruption(exc, terminated)
         with contextlib.suppress(OSError):  # after SIGHUP the terminal may be gone
             click.echo(
                 f"autotune: interrupted ({why}): study {name!r} and its running trials are marked "
                 f"interrupted; go on with: autotune {db}study resume {shlex.quote(name)}",
                 err=True,
             )
-        raise click.exceptions.Exit(129 if hangup else 143 if sigterm else 130) from None
+        raise click.exceptions.Exit(code) from None
     if summary.baseline_failure is not None:
         from autotune.errors import AutotuneError
 
@@ -586,105 +484,24 @@ def _dry_run(
         raise click.exceptions.Exit(1)
 
 
-class Terminated(KeyboardInterrupt):
-    """SIGTERM during `study run`: unwinds like Ctrl-C, so the same cleanup runs."""
+def _run_command(command: str) -> Callable[[Callable[[], None]], click.Command]:
+    """Register `study COMMAND NAME` with the run options and the one body, :func:`_run`; the
+    decorated function gives the command its help text (`run` and `resume` differ in nothing
+    else)."""
+
+    def register(doc: Callable[[], None]) -> click.Command:
+        def body(ctx: Context, name: str, **options: Any) -> None:
+            _run(ctx, name, **options)
+
+        return study.command(command, help=doc.__doc__)(
+            click.argument("name")(run_options(pass_ctx(body)))
+        )
+
+    return register
 
 
-@contextlib.contextmanager
-def stop_on_signals() -> Iterator[list[int]]:
-    """Make SIGTERM, SIGHUP and SIGINT stop the run while the block runs, whatever the process
-    inherited: SIGTERM (what timeout, Slurm and Kubernetes send) and SIGHUP (a closed terminal,
-    a killed tmux) raise :class:`Terminated`
-    and is noted in the list it yields; SIGINT (Ctrl-C) raises KeyboardInterrupt. Both unwind
-    through the tuner's cleanup. The Ray pool keeps the SIGTERM handler over Ray's own
-    (autotune.cluster.ray_pool), which would print a C++ stack dump.
-
-    SIGINT is set explicitly because Python keeps an inherited ``SIG_IGN``: a shell without job
-    control (a CI script, ``cmd &`` in ``sh -c``) starts background commands with SIGINT
-    ignored, and a driver started that way ignored Ctrl-C to its process group and ran its
-    study to the end (exit 0). ``study run`` is stopped on request however it was started,
-    as it already was for SIGTERM."""
-    import threading
-
-    received: list[int] = []
-    if threading.current_thread() is not threading.main_thread():
-        yield received
-        return
-
-    def raise_terminated(signum: int, frame: Any) -> None:
-        # Once is enough: a second SIGTERM (or SIGHUP) during the cleanup must not cut it short.
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        signal.signal(signal.SIGHUP, signal.SIG_IGN)
-        received.append(signum)
-        raise Terminated()
-
-    previous = signal.signal(signal.SIGTERM, raise_terminated)
-    previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
-    # SIGHUP (the terminal closed, tmux killed) stops the run as SIGTERM does: its default
-    # killed the driver at once, leaving the study "running" until the lease lapsed.
-    previous_hup = signal.signal(signal.SIGHUP, raise_terminated)
-    try:
-        yield received
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-        signal.signal(signal.SIGINT, previous_int)
-        signal.signal(signal.SIGHUP, previous_hup)
-
-
-def quiet_libraries() -> None:
-    """Keep library chatter (Ray's start-up and token notices, transformers/Triton warnings)
-    out of the output; --verbose lets it through."""
-    import logging
-    import os
-    import warnings
-
-    warnings.filterwarnings("ignore")
-    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    for name in ("transformers", "vllm", "torch", "triton", "optuna", "urllib3"):
-        logging.getLogger(name).setLevel(logging.ERROR)
-    # ray.init() resets the "ray" logger's level and handlers, so a level set here would not
-    # hold; a filter on the loggers that print its start-up and token-authentication notices
-    # does (a logger's own filters run before any handler).
-    for name in (
-        "ray",
-        "ray._private.worker",
-        "ray._private.services",
-        "ray._private.authentication.authentication_token_setup",
-    ):
-        logger = logging.getLogger(name)
-        if _errors_only not in logger.filters:
-            logger.addFilter(_errors_only)
-
-
-def _errors_only(record: Any) -> bool:
-    """A logging filter: let errors through, drop notices."""
-    import logging
-
-    return bool(record.levelno >= logging.ERROR)
-
-
-@study.command("run")
-@click.argument("name")
-@_run_options
-@pass_ctx
-def run(
-    ctx: Context,
-    name: str,
-    ray_address: str | None,
-    max_engines: int | None,
-    max_configs: int | None,
-    verbose: bool,
-    quiet: bool,
-    no_progress: bool,
-    num_gpus: int | None,
-    replay_time_scale: float | None,
-    wait: bool,
-    lease_ttl: float | None,
-    dry_run: bool,
-    check_hub: bool,
-    as_json: bool,
-) -> None:
+@_run_command("run")
+def run() -> None:
     """Measure a study's engine configs until its space or budget is exhausted.
 
     Each engine config starts one vLLM engine in a Ray actor, which measures every
@@ -706,46 +523,10 @@ def run(
       autotune study run tiny-cpu
       autotune study run kimi-k2.5 --ray-address auto
     """
-    _run(
-        ctx,
-        name,
-        ray_address,
-        max_engines,
-        max_configs,
-        verbose,
-        quiet,
-        no_progress,
-        num_gpus=num_gpus,
-        replay_time_scale=replay_time_scale,
-        wait=wait,
-        lease_ttl=lease_ttl,
-        dry_run=dry_run,
-        check_hub=check_hub,
-        as_json=as_json,
-    )
 
 
-@study.command("resume")
-@click.argument("name")
-@_run_options
-@pass_ctx
-def resume(
-    ctx: Context,
-    name: str,
-    ray_address: str | None,
-    max_engines: int | None,
-    max_configs: int | None,
-    verbose: bool,
-    quiet: bool,
-    no_progress: bool,
-    num_gpus: int | None,
-    replay_time_scale: float | None,
-    wait: bool,
-    lease_ttl: float | None,
-    dry_run: bool,
-    check_hub: bool,
-    as_json: bool,
-) -> None:
+@_run_command("resume")
+def resume() -> None:
     """Continue an interrupted study without re-measuring completed configs.
 
     Trials a killed driver left running are marked interrupted and reopened: only the cells
@@ -756,23 +537,6 @@ def resume(
       autotune study resume tiny-cpu
       autotune study resume tiny-cpu --dry-run --json
     """
-    _run(
-        ctx,
-        name,
-        ray_address,
-        max_engines,
-        max_configs,
-        verbose,
-        quiet,
-        no_progress,
-        num_gpus=num_gpus,
-        replay_time_scale=replay_time_scale,
-        wait=wait,
-        lease_ttl=lease_ttl,
-        dry_run=dry_run,
-        check_hub=check_hub,
-        as_json=as_json,
-    )
 
 
 def _buckets_line(resolved: Any) -> str:

@@ -9,12 +9,11 @@ was measured on the vLLM version installed now.
 from __future__ import annotations
 
 import functools
-import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from autotune.errors import AutotuneError, SpecError
+from autotune.errors import AutotuneError
 from autotune.evidence.scores import ConfigScore
 from autotune.recommend.choose import Choice
 from autotune.recommend.render import speculative_json
@@ -58,26 +57,6 @@ class CheckResult:
             "gap_pct": None if self.gap_pct is None else round(self.gap_pct, 3),
             "stale": self.stale,
         }
-
-
-def parse_config(text: str, source: str) -> dict[str, Any] | None:
-    """A ``--speculative-config`` JSON document; ``null`` and ``{}`` mean speculation off."""
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise SpecError(
-            f"invalid JSON: {exc.msg}",
-            source=source,
-            field=f"line {exc.lineno}, column {exc.colno}",
-        ) from None
-    if data is None or data == {}:
-        return None
-    if not isinstance(data, dict):
-        raise SpecError(
-            "expected a --speculative-config JSON object (or null for no speculation)",
-            source=source,
-        )
-    return data
 
 
 def _key(config: Mapping[str, Any] | None) -> str:

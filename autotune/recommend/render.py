@@ -11,6 +11,7 @@ import yaml
 
 from autotune.engine.command import serve_args as serve_args  # the line is the engine's
 from autotune.recommend.choose import Choice
+from autotune.spec.methods import MODEL_DRAFTERS
 
 
 def speculative_json(config: Mapping[str, Any] | None) -> str:
@@ -115,9 +116,6 @@ suggests training one on the study's prompts (``autotune export --speculators-da
 draft step gains half a token over plain decoding, so even a cheap drafter barely pays; the
 Speculators tutorial's 5K-sample sanity-check DFlash run reads 1.47."""
 
-TRAINED_DRAFT_METHODS = frozenset({"draft_model", "eagle3", "dflash", "dspark", "mtp"})
-"""Methods whose drafter is a trained model (n-gram and suffix decoding need no training)."""
-
 
 def training_suggestion(
     *,
@@ -136,7 +134,7 @@ def training_suggestion(
 
     totals: dict[tuple[str, str | None, int], list[int]] = {}
     for r in Evidence.of(rows).workload(workload):
-        if r.method not in TRAINED_DRAFT_METHODS or not r.num_drafts:
+        if r.method not in MODEL_DRAFTERS or not r.num_drafts:
             continue
         t = totals.setdefault((r.method, r.draft, r.num_speculative_tokens), [0, 0])
         t[0] += r.num_accepted_tokens
@@ -171,7 +169,7 @@ def catalog_has_draft(model: str) -> bool:
         return False
     entry = found[1]
     return any(
-        method in TRAINED_DRAFT_METHODS and (m.draft is not None or entry.mtp_layers)
+        method in MODEL_DRAFTERS and (m.draft is not None or entry.mtp_layers)
         for method, m in entry.methods.items()
     )
 

@@ -157,7 +157,7 @@ class ModelEntry(StrictModel):
         return self
 
     def rule_context(self, method: str, platform: str | None = None) -> RuleContext:
-        entry = self.methods.get(method)  # type: ignore[call-overload]
+        entry = self.methods.get(method)
         return RuleContext(
             mtp_layers=self.mtp_layers,
             block_size=entry.block_size if entry else None,

@@ -19,13 +19,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from autotune.spec.methods import ALL_DRAFTING as ALL_DRAFTING
+from autotune.spec.methods import METHODS, MethodRule, method_set, model_drafters
+
 MAX_VARIANTS = 64
 """Most variants (combinations of listed knob values) one method entry may expand to: each is at
 least one engine start per N."""
-
-ALL_DRAFTING = frozenset({"ngram", "draft_model", "eagle3", "mtp", "dflash", "dspark", "suffix"})
-MODEL_DRAFTERS = frozenset({"draft_model", "eagle3", "mtp", "dflash", "dspark"})
-"""Methods with a draft model vLLM loads (and so a draft tensor-parallel size)."""
 
 
 @dataclass(frozen=True)
@@ -50,108 +49,114 @@ class Knob:
     """Why it does not, or what it does there, when ``runs_on_cpu`` is False."""
 
 
-KNOBS: dict[str, Knob] = {
-    k.name: k
-    for k in (
-        Knob(
-            "prompt_lookup_min",
-            int,
-            frozenset({"ngram"}),
-            "SpeculativeConfig.prompt_lookup_min",
-            bounds=(1, 32),
-        ),
-        Knob(
-            "prompt_lookup_max",
-            int,
-            frozenset({"ngram"}),
-            "SpeculativeConfig.prompt_lookup_max",
-            bounds=(1, 32),
-        ),
-        Knob(
-            "parallel_drafting",
-            bool,
-            # "Only compatible with EAGLE and draft model methods"; dflash and dspark draft in
-            # parallel always (SpeculativeConfig.__post_init__ sets it).
-            frozenset({"eagle3", "draft_model"}),
-            "SpeculativeConfig.parallel_drafting",
-            runs_on_cpu=False,
-            cpu_note="needs a draft trained for it (mask_token_id, pard_token or ptd_token_id in "
-            "its config.json); autotune's tiny drafts are not",
-        ),
-        Knob(
-            "rejection_sample_method",
-            str,
-            # Block verification is a flag of the V2 model runner's rejection sampler, shared by
-            # every speculator it builds; suffix decoding runs on the V1 runner only.
-            ALL_DRAFTING - {"suffix"},
-            "SpeculativeConfig.rejection_sample_method; v1/worker/gpu/spec_decode/"
-            "rejection_sampler.py",
-            # "synthetic" fakes acceptance at a set rate: a benchmark of nothing real.
-            choices=("standard", "block"),
-            runs_on_cpu=False,
-            cpu_note="block verification lives in the V2 GPU model runner; the CPU build's V1 "
-            "runner starts with it and verifies as standard (and at temperature 0 both accept "
-            "the same tokens)",
-        ),
-        Knob(
-            "draft_tensor_parallel_size",
-            int,
-            MODEL_DRAFTERS,
-            "SpeculativeConfig._verify_and_get_draft_tp",
-            bounds=(1, 64),
-        ),
-        Knob(
-            "suffix_decoding_max_tree_depth",
-            int,
-            frozenset({"suffix"}),
-            "SpeculativeConfig._validate_suffix_decoding",
-            bounds=(1, 1024),
-            requires_package="arctic_inference",
-        ),
-        Knob(
-            "suffix_decoding_max_cached_requests",
-            int,
-            frozenset({"suffix"}),
-            "SpeculativeConfig._validate_suffix_decoding",
-            bounds=(0, 1_000_000),
-            requires_package="arctic_inference",
-        ),
-        Knob(
-            "suffix_decoding_max_spec_factor",
-            float,
-            frozenset({"suffix"}),
-            "SpeculativeConfig._validate_suffix_decoding",
-            bounds=(0.0, 64.0),
-            requires_package="arctic_inference",
-        ),
-        Knob(
-            "suffix_decoding_min_token_prob",
-            float,
-            frozenset({"suffix"}),
-            "SpeculativeConfig._validate_suffix_decoding",
-            bounds=(0.0, 1.0),
-            requires_package="arctic_inference",
-        ),
-        Knob(
-            "dspark_draft_topk",
-            int,
-            frozenset({"dspark"}),
-            "SpeculativeConfig.dspark_draft_topk",
-            # The upper bound is the draft's vocabulary, which vLLM checks at engine start.
-            bounds=(1, 1 << 20),
-            runs_on_cpu=False,
-            cpu_note="DSpark runs on the V2 GPU model runner only",
-        ),
-        Knob(
-            "enable_adaptive_verification",
-            bool,
-            frozenset({"dspark"}),
-            "SpeculativeConfig.enable_adaptive_verification",
-            runs_on_cpu=False,
-            cpu_note="adaptive verification runs on the V2 GPU model runner only",
-        ),
-    )
-}
+def knob_table(table: Mapping[str, MethodRule]) -> dict[str, Knob]:
+    """The knobs by name, their methods read from the rules of ``table`` where a knob is shared:
+    a knob of one method names it, a shared one takes the methods whose rule says so."""
+    return {
+        k.name: k
+        for k in (
+            Knob(
+                "prompt_lookup_min",
+                int,
+                frozenset({"ngram"}),
+                "SpeculativeConfig.prompt_lookup_min",
+                bounds=(1, 32),
+            ),
+            Knob(
+                "prompt_lookup_max",
+                int,
+                frozenset({"ngram"}),
+                "SpeculativeConfig.prompt_lookup_max",
+                bounds=(1, 32),
+            ),
+            Knob(
+                "parallel_drafting",
+                bool,
+                # "Only compatible with EAGLE and draft model methods"; dflash and dspark draft in
+                # parallel always (SpeculativeConfig.__post_init__ sets it).
+                method_set(lambda rule: rule.takes_parallel_drafting, table),
+                "SpeculativeConfig.parallel_drafting",
+                runs_on_cpu=False,
+                cpu_note="needs a draft trained for it (mask_token_id, pard_token or ptd_token_id in "
+                "its config.json); autotune's tiny drafts are not",
+            ),
+            Knob(
+                "rejection_sample_method",
+                str,
+                # Block verification is a flag of the V2 model runner's rejection sampler, shared by
+                # every speculator it builds; suffix decoding runs on the V1 runner only.
+                method_set(lambda rule: rule.v2_runner, table),
+                "SpeculativeConfig.rejection_sample_method; v1/worker/gpu/spec_decode/"
+                "rejection_sampler.py",
+                # "synthetic" fakes acceptance at a set rate: a benchmark of nothing real.
+                choices=("standard", "block"),
+                runs_on_cpu=False,
+                cpu_note="block verification lives in the V2 GPU model runner; the CPU build's V1 "
+                "runner starts with it and verifies as standard (and at temperature 0 both accept "
+                "the same tokens)",
+            ),
+            Knob(
+                "draft_tensor_parallel_size",
+                int,
+                model_drafters(table),
+                "SpeculativeConfig._verify_and_get_draft_tp",
+                bounds=(1, 64),
+            ),
+            Knob(
+                "suffix_decoding_max_tree_depth",
+                int,
+                frozenset({"suffix"}),
+                "SpeculativeConfig._validate_suffix_decoding",
+                bounds=(1, 1024),
+                requires_package="arctic_inference",
+            ),
+            Knob(
+                "suffix_decoding_max_cached_requests",
+                int,
+                frozenset({"suffix"}),
+                "SpeculativeConfig._validate_suffix_decoding",
+                bounds=(0, 1_000_000),
+                requires_package="arctic_inference",
+            ),
+            Knob(
+                "suffix_decoding_max_spec_factor",
+                float,
+                frozenset({"suffix"}),
+                "SpeculativeConfig._validate_suffix_decoding",
+                bounds=(0.0, 64.0),
+                requires_package="arctic_inference",
+            ),
+            Knob(
+                "suffix_decoding_min_token_prob",
+                float,
+                frozenset({"suffix"}),
+                "SpeculativeConfig._validate_suffix_decoding",
+                bounds=(0.0, 1.0),
+                requires_package="arctic_inference",
+            ),
+            Knob(
+                "dspark_draft_topk",
+                int,
+                frozenset({"dspark"}),
+                "SpeculativeConfig.dspark_draft_topk",
+                # The upper bound is the draft's vocabulary, which vLLM checks at engine start.
+                bounds=(1, 1 << 20),
+                runs_on_cpu=False,
+                cpu_note="DSpark runs on the V2 GPU model runner only",
+            ),
+            Knob(
+                "enable_adaptive_verification",
+                bool,
+                frozenset({"dspark"}),
+                "SpeculativeConfig.enable_adaptive_verification",
+                runs_on_cpu=False,
+                cpu_note="adaptive verification runs on the V2 GPU model runner only",
+            ),
+        )
+    }
+
+
+KNOBS: dict[str, Knob] = knob_table(METHODS)
 """Every knob autotune knows, by ``SpeculativeConfig`` field name."""
 
 

@@ -26,7 +26,7 @@ from autotune.spec.context import base_workload, bucket_name
 from autotune.spec.drafts import block_draft, unknown_block_reason
 from autotune.spec.engine_facts import EngineFacts
 from autotune.spec.knobs import check_params, cpu_warnings
-from autotune.spec.methods import METHODS, RuleContext, check, dspark_n, max_n
+from autotune.spec.methods import METHODS, RuleContext, block_width, check, max_n
 from autotune.spec.reading import MAX_SPEC_BYTES, excerpt, read_text, regular_file
 from autotune.spec.reading import load_yaml as parse_yaml
 from autotune.spec.study import MethodSpec, NRange, StudySpec
@@ -355,12 +355,12 @@ def resolve_study(
                 source=source,
                 field=f"{field}.method",
             )
-        block = block_draft(draft) if m.method in ("dflash", "dspark") else None
-        if m.method == "dspark" and block is None and not (cat and cat.block_size):
+        block = block_draft(draft) if rule.parallel_draft else None
+        if rule.n_is_block and block is None and not (cat and cat.block_size):
             # N is the draft's trained block; without its config.json there is no N to run.
             why = unknown_block_reason(draft)
             if from_catalog:
-                warnings.append(f"{field}: dspark skipped: {why}")
+                warnings.append(f"{field}: {m.method} skipped: {why}")
                 continue
             raise SpecError(why, source=source, field=f"{field}.draft")
         ctx = RuleContext(
@@ -374,7 +374,7 @@ def resolve_study(
             tensor_parallel_size=tp,
             **_vocab_sizes(m.method, model, draft),
         )
-        width = dspark_n(ctx) if m.method == "dspark" else None
+        width = block_width(m.method, ctx)
         if m.num_speculative_tokens is not None:
             n_range = m.num_speculative_tokens
         elif width is not None:
@@ -390,7 +390,7 @@ def resolve_study(
         why_not = _parallel_drafting_refused(params, draft)
         if why_not:
             raise SpecError(why_not, source=source, field=f"{field}.params.parallel_drafting")
-        result = check(m.method, n_range.values(), params, ctx)
+        result = check(m.method, n_range.values(), ctx)
         if result.errors:
             sub = (
                 "num_speculative_tokens"
@@ -829,7 +829,7 @@ def _parallel_drafting_refused(params: dict[str, Any], draft: str | None) -> str
 
 
 def _vocab_sizes(method: str, model: str, draft: str | None) -> dict[str, int | None]:
-    if method != "draft_model":
+    if not METHODS[method].same_vocabulary:
         return {}
     t, d = _local_config(model), _local_config(draft)
     if not t or not d:

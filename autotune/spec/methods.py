@@ -1,20 +1,18 @@
-"""Speculative methods and their rules, in one place: N bounds, draft needs, parameters, warnings.
+"""Speculative methods and their rules, in one place: N bounds, draft needs, warnings.
 
-Every check that depends on the method (what vLLM's ``SpeculativeConfig`` would refuse, or warn
-about) lives here, so study validation, the search space and the recommendation agree.
+The one table of methods (:data:`METHODS`): every set of methods is derived from it and every
+behaviour that differs between methods is a field of its :class:`MethodRule`. Every check that
+depends on the method (what vLLM's ``SpeculativeConfig`` would refuse, or warn about) lives here,
+the knobs besides N in :mod:`autotune.spec.knobs`, so study validation, the search space and the
+recommendation agree.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
-
-from autotune.spec.knobs import check_params
-
-Method = Literal["ngram", "draft_model", "eagle3", "mtp", "dflash", "dspark", "suffix"]
-"""The speculative methods autotune can tune, spelled as vLLM's ``method`` field spells them."""
+from typing import TYPE_CHECKING, Any, Literal
 
 BASELINE = "none"
 """The method name autotune stores for the baseline engine (no speculative config)."""
@@ -38,14 +36,19 @@ ROCM_MLA_SOURCE = (
 @dataclass(frozen=True)
 class MethodRule:
     """What vLLM needs for one method and how the method drafts (its knobs besides N, with their
-    rules, are in :mod:`autotune.spec.knobs`)."""
+    rules, are in :mod:`autotune.spec.knobs`).
+
+    Every behaviour that differs between methods is a field here, read wherever it matters: no
+    code elsewhere tests a method by its name, and every set of methods is derived from
+    :data:`METHODS` (:func:`method_set`), so a new method is one rule (plus its own knobs)."""
 
     name: str
     needs_draft: bool
     """True when the method needs a draft checkpoint (``speculative_config.model``)."""
     parallel_draft: bool
     """True when the drafter proposes all N tokens in one forward pass (DFlash, DSpark);
-    chain drafters pay one draft step per token."""
+    chain drafters pay one draft step per token. A parallel drafter drafts a trained block, so
+    its N is bounded by the draft's block size (see ``n_is_block``)."""
     prefix_consistent: bool
     """True when the token drafted at position i does not depend on N, so a run at N_max bounds
     the acceptance of every smaller N (within ``prefix_ratio``)."""
@@ -55,8 +58,25 @@ class MethodRule:
     acceptance is the larger N's within this range, not equal to it. (1, 1) where no sweep has
     measured the method at two N."""
     accepts_draft: bool = True
-    """False for methods that draft without a checkpoint (ngram, suffix); mtp takes one only for
-    models whose MTP head ships separately (Gemma 4's assistant checkpoint)."""
+    """False for methods that draft without a model (ngram, suffix): they take no checkpoint,
+    load no draft model (so have no draft tensor-parallel size) and need no training; mtp takes a
+    checkpoint only for models whose MTP head ships separately (Gemma 4's assistant checkpoint)."""
+    n_is_block: bool = False
+    """For a parallel drafter: True when N is the draft's block width, fixed by its trained block
+    (DSpark, :func:`block_width`); False when N may be anything up to ``block_size - 1`` (DFlash:
+    the anchor takes one slot of the block)."""
+    target_mtp_layers: bool = False
+    """True when the drafter is the target's own multi-token-prediction layers
+    (``RuleContext.mtp_layers``): an N past their count reuses them and must be a multiple of it."""
+    same_vocabulary: bool = False
+    """True when the draft must share the target's vocabulary (draft_model: the target verifies
+    the draft's token ids as its own; EAGLE-style heads and block drafters map theirs)."""
+    v2_runner: bool = True
+    """False when vLLM runs the method on its V1 model runner only (suffix decoding), which has
+    no block verification (the ``rejection_sample_method`` knob)."""
+    takes_parallel_drafting: bool = False
+    """True when vLLM's ``parallel_drafting`` knob applies ("Only compatible with EAGLE and draft
+    model methods"); block drafters draft in parallel always."""
     requires_package: str | None = None
     """A Python package the method needs besides vLLM."""
     runs_on_cpu: bool = True
@@ -65,68 +85,107 @@ class MethodRule:
 
 
 METHODS: dict[str, MethodRule] = {
-    "ngram": MethodRule(
-        "ngram",
-        needs_draft=False,
-        parallel_draft=False,
-        prefix_consistent=True,
-        prefix_ratio=(0.92, 1.24),
-        accepts_draft=False,
-        description="prompt lookup: copies the continuation of the last matching n-gram",
-    ),
-    "draft_model": MethodRule(
-        "draft_model",
-        needs_draft=True,
-        parallel_draft=False,
-        prefix_consistent=True,
-        prefix_ratio=(0.95, 1.12),
-        description="a small model sharing the target's vocabulary drafts autoregressively",
-    ),
-    "eagle3": MethodRule(
-        "eagle3",
-        needs_draft=True,
-        parallel_draft=False,
-        prefix_consistent=True,
-        prefix_ratio=(0.96, 1.14),
-        description="EAGLE-3 head on the target's hidden states, drafts autoregressively",
-    ),
-    "mtp": MethodRule(
-        "mtp",
-        needs_draft=False,
-        parallel_draft=False,
-        prefix_consistent=True,
-        prefix_ratio=(0.98, 1.18),
-        description="the model's own multi-token-prediction layers (N > layers reuses them)",
-    ),
-    "dflash": MethodRule(
-        "dflash",
-        needs_draft=True,
-        parallel_draft=True,
-        # DFlash drafts its block with bidirectional attention (vLLM's DFlash model "supports
-        # bidirectional attention in denoising mode"), so its first positions depend on N; the
-        # recorded sweep agrees (a_1 = 0.617 at N = 1, 0.546 at N = 2).
-        prefix_consistent=False,
-        prefix_ratio=(0.85, 1.27),
-        description="block diffusion drafter: proposes a block in one pass; N <= block_size - 1",
-    ),
-    "dspark": MethodRule(
-        "dspark",
-        needs_draft=True,
-        parallel_draft=True,
-        prefix_consistent=False,
-        runs_on_cpu=False,
-        description="DSpark block drafter; N is tied to the checkpoint's block size",
-    ),
-    "suffix": MethodRule(
-        "suffix",
-        needs_draft=False,
-        parallel_draft=False,
-        prefix_consistent=False,
-        accepts_draft=False,
-        requires_package="arctic_inference",
-        description="suffix decoding over prompts and past outputs (needs arctic-inference)",
-    ),
+    rule.name: rule
+    for rule in (
+        MethodRule(
+            "ngram",
+            needs_draft=False,
+            parallel_draft=False,
+            prefix_consistent=True,
+            prefix_ratio=(0.92, 1.24),
+            accepts_draft=False,
+            description="prompt lookup: copies the continuation of the last matching n-gram",
+        ),
+        MethodRule(
+            "draft_model",
+            needs_draft=True,
+            parallel_draft=False,
+            prefix_consistent=True,
+            prefix_ratio=(0.95, 1.12),
+            same_vocabulary=True,
+            takes_parallel_drafting=True,
+            description="a small model sharing the target's vocabulary drafts autoregressively",
+        ),
+        MethodRule(
+            "eagle3",
+            needs_draft=True,
+            parallel_draft=False,
+            prefix_consistent=True,
+            prefix_ratio=(0.96, 1.14),
+            takes_parallel_drafting=True,
+            description="EAGLE-3 head on the target's hidden states, drafts autoregressively",
+        ),
+        MethodRule(
+            "mtp",
+            needs_draft=False,
+            parallel_draft=False,
+            prefix_consistent=True,
+            prefix_ratio=(0.98, 1.18),
+            target_mtp_layers=True,
+            description="the model's own multi-token-prediction layers (N > layers reuses them)",
+        ),
+        MethodRule(
+            "dflash",
+            needs_draft=True,
+            parallel_draft=True,
+            # DFlash drafts its block with bidirectional attention (vLLM's DFlash model "supports
+            # bidirectional attention in denoising mode"), so its first positions depend on N;
+            # the recorded sweep agrees (a_1 = 0.617 at N = 1, 0.546 at N = 2).
+            prefix_consistent=False,
+            prefix_ratio=(0.85, 1.27),
+            description="block diffusion drafter: proposes a block in one pass; N <= block_size - 1",
+        ),
+        MethodRule(
+            "dspark",
+            needs_draft=True,
+            parallel_draft=True,
+            prefix_consistent=False,
+            n_is_block=True,
+            runs_on_cpu=False,
+            description="DSpark block drafter; N is tied to the checkpoint's block size",
+        ),
+        MethodRule(
+            "suffix",
+            needs_draft=False,
+            parallel_draft=False,
+            prefix_consistent=False,
+            accepts_draft=False,
+            v2_runner=False,
+            requires_package="arctic_inference",
+            description="suffix decoding over prompts and past outputs (needs arctic-inference)",
+        ),
+    )
 }
+"""Every speculative method autotune can tune, by the name vLLM's ``method`` field spells."""
+
+if TYPE_CHECKING:
+    Method = str
+else:
+    # The names of METHODS as a Literal, for the specs' validation (pydantic lists them in its
+    # error and the study-file reference): declared once, in the table above.
+    Method = Literal[tuple(METHODS)]
+"""The speculative methods autotune can tune, spelled as vLLM's ``method`` field spells them."""
+
+
+def method_set(
+    test: Callable[[MethodRule], bool], table: Mapping[str, MethodRule] = METHODS
+) -> frozenset[str]:
+    """The names of the methods of ``table`` (:data:`METHODS` unless given) whose rule passes
+    ``test``: every set of methods is one of these, so a new rule joins each set its fields put
+    it in (a test adds a rule to a copy of the table and checks each set picks it up)."""
+    return frozenset(name for name, rule in table.items() if test(rule))
+
+
+def model_drafters(table: Mapping[str, MethodRule] = METHODS) -> frozenset[str]:
+    """Methods whose drafter is a model: vLLM loads it (so it has a draft tensor-parallel
+    size) and someone trained it (n-gram and suffix decoding need no training)."""
+    return method_set(lambda rule: rule.accepts_draft, table)
+
+
+ALL_DRAFTING = frozenset(METHODS)
+"""Every method that drafts (all but the baseline)."""
+MODEL_DRAFTERS = model_drafters()
+"""Methods whose drafter is a model vLLM loads and someone trained (:func:`model_drafters`)."""
 
 
 @dataclass(frozen=True)
@@ -176,12 +235,20 @@ def dspark_n(ctx: RuleContext) -> int | None:
     return ctx.block_size if ctx.sample_from_anchor else ctx.block_size - 1
 
 
+def block_width(method: str, ctx: RuleContext) -> int | None:
+    """The N a method whose N is its draft's block (``MethodRule.n_is_block``: DSpark) drafts
+    per step (:func:`dspark_n`); None for other methods and when the block size is unknown."""
+    rule = METHODS.get(method)
+    return dspark_n(ctx) if rule is not None and rule.n_is_block else None
+
+
 def max_n(method: str, ctx: RuleContext) -> int:
     """The largest N the method allows under ``ctx``."""
     bound = GLOBAL_MAX_N
-    if method == "dflash" and ctx.block_size is not None:
+    rule = METHODS.get(method)
+    if rule is not None and rule.parallel_draft and ctx.block_size is not None:
         bound = min(bound, ctx.block_size - 1)
-    width = dspark_n(ctx) if method == "dspark" else None
+    width = block_width(method, ctx)
     if width is not None:
         bound = width
     return bound
@@ -189,16 +256,16 @@ def max_n(method: str, ctx: RuleContext) -> int:
 
 def min_n(method: str, ctx: RuleContext) -> int:
     """The smallest N the method allows under ``ctx``."""
-    width = dspark_n(ctx) if method == "dspark" else None
+    width = block_width(method, ctx)
     return width if width is not None else 1
 
 
-def check(
-    method: str, n_values: list[int], params: Mapping[str, Any], ctx: RuleContext
-) -> RuleCheck:
-    """Check a method, the N values it will try and its parameters against the rules."""
+def check(method: str, n_values: list[int], ctx: RuleContext) -> RuleCheck:
+    """Check a method and the N values it will try against the rules (its knobs' rules are
+    :func:`autotune.spec.knobs.check_params`)."""
     if method not in METHODS:
         return RuleCheck(errors=(f"unknown method {method!r}; known: {', '.join(METHODS)}",))
+    rule = METHODS[method]
     errors: list[str] = []
     warnings: list[str] = []
     lo, hi = min_n(method, ctx), max_n(method, ctx)
@@ -206,11 +273,6 @@ def check(
     if bad:
         why = _bound_reason(method, ctx)
         errors.append(f"num_speculative_tokens {bad[0]} outside [{lo}, {hi}] for {method}{why}")
-    # The knobs (a value or a list of values each) have their own table and rules.
-    errors.extend(
-        why
-        for _, why in check_params(method, params, tensor_parallel_size=ctx.tensor_parallel_size)
-    )
     if ctx.mla_attention and ctx.platform == "rocm" and not ctx.allow_rocm_mla_override:
         past = [n for n in n_values if n > ROCM_MLA_MAX_N]
         if past:
@@ -219,7 +281,7 @@ def check(
                 f"{past[0] + 1}+ query tokens, past AITER's native qlen-{ROCM_MLA_MAX_N + 1} "
                 f"decode kernels: vLLM runs it on a slower fallback ({ROCM_MLA_SOURCE})"
             )
-    if method == "mtp" and ctx.mtp_layers:
+    if rule.target_mtp_layers and ctx.mtp_layers:
         layers = ctx.mtp_layers
         indivisible = [n for n in n_values if n > layers and n % layers]
         if indivisible:
@@ -230,12 +292,12 @@ def check(
             )
         if any(n > layers for n in n_values):
             warnings.append(
-                f"mtp with N > {layers} reuses the model's MTP layer(s); acceptance drops"
+                f"{method} with N > {layers} reuses the model's MTP layer(s); acceptance drops"
             )
     if (
         ctx.draft_vocab_size is not None
         and ctx.target_vocab_size is not None
-        and method == "draft_model"
+        and rule.same_vocabulary
         and ctx.draft_vocab_size != ctx.target_vocab_size
     ):
         errors.append(
@@ -246,12 +308,13 @@ def check(
 
 
 def _bound_reason(method: str, ctx: RuleContext) -> str:
-    if method == "dflash" and ctx.block_size is not None:
-        return f" (dflash: N <= block_size - 1 = {ctx.block_size - 1})"
-    if method == "dspark" and ctx.block_size is not None:
+    rule = METHODS[method]
+    if not rule.parallel_draft or ctx.block_size is None:
+        return ""
+    if rule.n_is_block:
         layout = "" if ctx.sample_from_anchor else " - 1 (1 + N block layout)"
-        return f" (dspark: N is the draft's block size {ctx.block_size}{layout})"
-    return ""
+        return f" ({method}: N is the draft's block size {ctx.block_size}{layout})"
+    return f" ({method}: N <= block_size - 1 = {ctx.block_size - 1})"
 
 
 def speculative_config(

@@ -12,6 +12,7 @@ from pydantic import ValidationError
 from autotune.errors import SpecError
 from autotune.recommend.published import best_prior
 from autotune.spec.catalog import Catalog, acceptance_curves, load_catalog, parse_catalog
+from autotune.spec.knobs import check_params
 from autotune.spec.methods import METHODS, RuleContext, check
 from autotune.spec.published import PublishedResult, PublishedResults, load_published
 
@@ -72,10 +73,11 @@ def test_catalog_n_max_and_params_pass_the_method_rules(alias: str) -> None:
     for method, m in entry.methods.items():
         assert m.n_max is not None, f"{alias}.{method}: n_max is the search bound"
         for platform in ("cuda", "cpu"):
-            result = check(
-                method, list(range(1, m.n_max + 1)), m.params, entry.rule_context(method, platform)
-            )
+            ctx = entry.rule_context(method, platform)
+            result = check(method, list(range(1, m.n_max + 1)), ctx)
             assert not result.errors, (alias, method, result.errors)
+            knobs = check_params(method, m.params, tensor_parallel_size=ctx.tensor_parallel_size)
+            assert not knobs, (alias, method, knobs)
 
 
 def test_mla_model_past_n3_on_rocm_is_a_warning() -> None:
@@ -84,12 +86,12 @@ def test_mla_model_past_n3_on_rocm_is_a_warning() -> None:
     assert kimi.mla_attention
     eagle3 = kimi.methods["eagle3"]
     assert eagle3.n_max is not None and eagle3.n_max > 3
-    result = check("eagle3", [3, eagle3.n_max], {}, kimi.rule_context("eagle3", "rocm"))
+    result = check("eagle3", [3, eagle3.n_max], kimi.rule_context("eagle3", "rocm"))
     assert not result.errors
     (warning,) = result.warnings
     assert "AITER" in warning and "aiter/issues/2760" in warning
-    assert not check("eagle3", [1, 2, 3], {}, kimi.rule_context("eagle3", "rocm")).warnings
-    assert not check("eagle3", [eagle3.n_max], {}, kimi.rule_context("eagle3", "cuda")).warnings
+    assert not check("eagle3", [1, 2, 3], kimi.rule_context("eagle3", "rocm")).warnings
+    assert not check("eagle3", [eagle3.n_max], kimi.rule_context("eagle3", "cuda")).warnings
 
 
 def test_aliases_point_at_models() -> None:

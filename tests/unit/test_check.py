@@ -213,17 +213,20 @@ def test_stale_study_fails(tmp_path: Path, run_check):
 # --- the pure parts --------------------------------------------------------------------------
 
 
-def test_parse_config():
-    assert gate.parse_config("null", "f") is None
-    assert gate.parse_config(" {} ", "f") is None
-    assert gate.parse_config('{"method": "mtp", "num_speculative_tokens": 1}', "f") == {
+def test_parse_config_text():
+    """The reader `check --config` parses its text with (autotune.recommend.normalize)."""
+    from autotune.recommend.normalize import parse_config_text
+
+    assert parse_config_text("null", "f") is None
+    assert parse_config_text(" {} ", "f") is None
+    assert parse_config_text('{"method": "mtp", "num_speculative_tokens": 1}', "f") == {
         "method": "mtp",
         "num_speculative_tokens": 1,
     }
-    with pytest.raises(SpecError, match=r"f: line 1, column 2: invalid JSON"):
-        gate.parse_config("{x", "f")
-    with pytest.raises(SpecError, match="JSON object"):
-        gate.parse_config("3", "f")
+    with pytest.raises(SpecError, match=r"f: line 1, column 2: neither JSON nor YAML"):
+        parse_config_text("{x", "f")
+    with pytest.raises(SpecError, match="speculative-config object"):
+        parse_config_text("3", "f")
 
 
 def test_stale_reason():

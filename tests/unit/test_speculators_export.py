@@ -21,6 +21,7 @@ from autotune.export import check_prompt_rows, check_speculator_rows
 from autotune.export import speculators as sx
 from autotune.recommend import render
 from autotune.spec.loader import ResolvedStudy, resolve_study, validate
+from autotune.spec.methods import MODEL_DRAFTERS
 from autotune.spec.study import StudySpec
 from autotune.store import Store
 
@@ -176,7 +177,7 @@ def test_explain_suggests_training_only_below_the_threshold(replay: Store):
     assert render.explain_suggestion(rec) is None
     assert render.catalog_has_draft("tiny") and not render.catalog_has_draft("some/model")
     args = {"study": "tiny-replay", "workload": "code", "model": "tiny", "rows": rec.rows}
-    trained = [r for r in rec.rows if r.method in render.TRAINED_DRAFT_METHODS]
+    trained = [r for r in rec.rows if r.method in MODEL_DRAFTERS]
     best = max(
         1
         + sum(r.num_accepted_tokens for r in trained if key(r) == k)
@@ -191,7 +192,7 @@ def test_explain_suggests_training_only_below_the_threshold(replay: Store):
         "autotune export --speculators-data tiny-replay --workload code "
         "--output speculators-tiny-replay-code --with-responses"
     )
-    ngram_only = [r for r in rec.rows if r.method not in render.TRAINED_DRAFT_METHODS]
+    ngram_only = [r for r in rec.rows if r.method not in MODEL_DRAFTERS]
     args["rows"] = ngram_only
     assert render.training_suggestion(**args, catalog_has_draft=True) is None
     no_draft = render.training_suggestion(**args, catalog_has_draft=False)
