@@ -46,7 +46,7 @@ def models(as_json: bool, fmt: str) -> None:
             ", ".join(f"{k}={v}" for k, v in m.tensor_parallel_size.items()),
             m.method or "-",
             m.draft or "-",
-            f"1..{m.n_max}" if m.n_max else ("= block" if m.method == "dspark" else "-"),
+            f"1..{m.n_max}" if m.n_max else ("= block" if m.n_is_block else "-"),
         )
     emit_table(table, fmt)
     if fmt == "tsv":

@@ -18,7 +18,7 @@ from pydantic import Field, ValidationError, model_validator
 
 from autotune.errors import SpecError
 from autotune.spec._base import Float, Int, StrictModel, Text
-from autotune.spec.methods import GLOBAL_MAX_N, Method, RuleContext, max_n
+from autotune.spec.methods import GLOBAL_MAX_N, METHODS, Method, RuleContext, max_n
 
 _SOURCE = "autotune/catalog/models.yaml"
 
@@ -239,6 +239,8 @@ class CatalogMethod:
     draft: str | None
     n_max: int | None
     """None: no method, or a DSpark draft whose N is its trained block (read from its config)."""
+    n_is_block: bool = False
+    """The method's N is its draft's block (``MethodRule.n_is_block``)."""
 
 
 def catalog_methods() -> list[CatalogMethod]:
@@ -256,7 +258,8 @@ def catalog_methods() -> list[CatalogMethod]:
                 mla_attention=entry.mla_attention,
             )
             hi: int | None = min(m.n_max or max_n(method, ctx), max_n(method, ctx))
-            if method == "dspark" and m.block_size is None:
+            block = METHODS[method].n_is_block
+            if block and m.block_size is None:
                 hi = None
-            out.append(CatalogMethod(alias, entry.model, tp, method, m.draft, hi))
+            out.append(CatalogMethod(alias, entry.model, tp, method, m.draft, hi, block))
     return out
