@@ -617,7 +617,7 @@ def test_good_config_passes_the_checks() -> None:
 def test_safe_env_passes_without_consent() -> None:
     from autotune.engine.resolution import engine_facts
     from autotune.engine.vllm_checks import vllm_env_names
-    from autotune.spec.loader import check_env, safe_env
+    from autotune.spec.consent import check_env, safe_env
 
     vllm = engine_facts()
     env = {"OMP_NUM_THREADS": "4", "VLLM_CPU_KVCACHE_SPACE": "4"}

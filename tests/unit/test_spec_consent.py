@@ -1,4 +1,4 @@
-"""Consent in the study file (autotune.spec.loader, issue #33 item 5): engine args that name
+"""Consent in the study file (autotune.spec.consent, issue #33 item 5): engine args that name
 code to import need ``trust_remote_code: true``; the list is vLLM's own, derived from the
 installed ``EngineArgs`` and pinned here; no secret (an env name that says so, ``hf_token``)
 reaches the store; ``HF_ENDPOINT``/``HF_HUB_CACHE``/``HF_HOME`` need consent."""
@@ -10,7 +10,7 @@ import dataclasses
 import pytest
 
 from autotune.errors import SpecError
-from autotune.spec.loader import (
+from autotune.spec.consent import (
     CODE_ENGINE_ARGS,
     check_engine_args,
     check_env,
