@@ -37,7 +37,8 @@ def generate_greedy(config: EngineConfig, prepared: PreparedWorkload) -> list[Ge
     except ImportError as exc:
         raise EngineError(f"vllm is not importable: {exc}") from None
     from autotune.engine.platform import gpu_runtime
-    from autotune.engine.vllm import build_engine_kwargs, one_line_reason, render_prompts
+    from autotune.engine.vllm import build_engine_kwargs, render_prompts
+    from autotune.engine.vllm_failures import one_line_reason
 
     environ = {**os.environ, **config.env}
     kwargs = build_engine_kwargs(

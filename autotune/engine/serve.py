@@ -183,13 +183,13 @@ def _die_with_parent() -> None:
 
 
 def _last_error(log: Path) -> str:
-    from autotune.engine.vllm import _reason_from_lines
+    from autotune.engine.vllm_failures import reason_from_lines
 
     try:
         lines = log.read_text(errors="replace").splitlines()[-400:]
     except OSError:
         return "no log"
-    return _reason_from_lines(lines) or (lines[-1].strip() if lines else "no output")
+    return reason_from_lines(lines) or (lines[-1].strip() if lines else "no output")
 
 
 def prerendered(workload: PreparedWorkload) -> bool:
@@ -364,7 +364,7 @@ class VLLMServeEngine(Engine):
         except EngineError:
             raise
         except Exception as exc:
-            from autotune.engine.vllm import one_line_reason
+            from autotune.engine.vllm_failures import one_line_reason
 
             raise EngineError(f"engine did not start: {one_line_reason(exc)}") from None
         server = Server(

@@ -9,15 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
 import logging
 import os
-import re
-import sys
 import threading
 import time
-from collections import deque
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -33,6 +29,7 @@ from autotune.engine.counters import CounterDelta, CounterSnapshot, delta, read_
 from autotune.engine.degeneracy import degeneracy
 from autotune.engine.platform import detect_platform
 from autotune.engine.stats import RequestTiming, request_latencies_ms, summarize
+from autotune.engine.vllm_failures import StderrTail, one_line_reason
 from autotune.errors import EngineError
 
 logger = logging.getLogger(__name__)
@@ -119,83 +116,6 @@ def build_engine_kwargs(
     return kwargs
 
 
-# --- one-line reasons ---------------------------------------------------------------------
-
-_NOISE = re.compile(
-    r"^(For further information visit|\[type=|Traceback \(most recent call last\)|\^+$|~+$)"
-)
-_EXCEPTION_LINE = re.compile(r"\b([A-Za-z_][\w.]*(?:Error|Exception)): (.+)$")
-_GENERIC = re.compile(
-    r"Engine core initialization failed|See root cause above|EngineCore encountered an issue",
-    re.IGNORECASE,
-)
-_WORKER_WRAP = re.compile(r"Worker failed with error '(.+)', please check the stack trace")
-_MAX_REASON = 500
-
-
-def one_line_reason(exc: BaseException, captured: Sequence[str] = ()) -> str:
-    """One line saying why ``exc`` happened, for a failed trial's stored reason.
-
-    vLLM raises pydantic ``ValidationError`` for bad configs (the first error's message is the
-    reason) and a generic "Engine core initialization failed" when a child process died; then
-    the child's last exception line in ``captured`` (its stderr) is the reason.
-    """
-    reason = _reason_from_exception(exc)
-    if not reason or _GENERIC.search(reason):
-        child = _reason_from_lines(captured)
-        if child:
-            reason = child
-    reason = " ".join((reason or type(exc).__name__).split())
-    return reason if len(reason) <= _MAX_REASON else reason[: _MAX_REASON - 1] + "…"
-
-
-def _reason_from_exception(exc: BaseException) -> str:
-    # Wrappers such as vLLM's EngineGenerateError carry no message of their own: prefer the
-    # innermost cause that says something specific.
-    chain: list[BaseException] = []
-    current: BaseException | None = exc
-    while current is not None and current not in chain:
-        chain.append(current)
-        current = current.__cause__ or (
-            None if current.__suppress_context__ else current.__context__
-        )
-    reasons = [_reason_of(e) for e in reversed(chain)]
-    specific = [r for r in reasons if r and not _GENERIC.search(r)]
-    return specific[0] if specific else (reasons[-1] or type(exc).__name__)
-
-
-def _reason_of(exc: BaseException) -> str | None:
-    errors = getattr(exc, "errors", None)
-    title = getattr(exc, "title", None)
-    if callable(errors) and isinstance(title, str):  # pydantic.ValidationError
-        try:
-            first = errors()[0]
-        except Exception:
-            first = None
-        if isinstance(first, dict) and first.get("msg"):
-            msg = str(first["msg"]).strip().splitlines()[0]
-            msg = re.sub(r"^(Value error|Assertion failed), ", "", msg)
-            return f"{title}: {msg}"
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    lines = [line for line in lines if not _NOISE.match(line)]
-    if not lines:
-        return None
-    return lines[-1] if _EXCEPTION_LINE.match(lines[-1]) else f"{type(exc).__name__}: {lines[-1]}"
-
-
-def _reason_from_lines(lines: Sequence[str]) -> str | None:
-    for line in reversed(lines):
-        match = _EXCEPTION_LINE.search(line)
-        if not match or _GENERIC.search(match.group(2)):
-            continue
-        name, msg = match.group(1), match.group(2).strip()
-        wrapped = _WORKER_WRAP.search(msg)
-        if wrapped:
-            return f"worker: {wrapped.group(1)}"
-        return f"{name}: {msg}"
-    return None
-
-
 # --- plumbing: the event loop thread and the stderr tail -------------------------------------
 
 
@@ -237,79 +157,6 @@ class _LoopThread:
             self.loop.close()
 
 
-class _StderrTail:
-    """Routes file descriptor 2 through a pipe while an engine starts, keeping the last lines.
-
-    vLLM's EngineCore and worker processes inherit this process's stderr and print there why
-    they died; the exception this process gets only says "Engine core initialization failed".
-    The children keep the pipe for their whole life, so a daemon thread forwards it to the real
-    stderr until they exit; this process's own fd 2 is restored as soon as the start is over.
-    """
-
-    def __init__(self, max_lines: int = 400) -> None:
-        self._lines: deque[str] = deque(maxlen=max_lines)
-        self._lock = threading.Lock()
-        self._saved: int | None = None
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> None:
-        try:
-            sys.stderr.flush()
-            saved = os.dup(2)
-            forward = os.dup(2)
-            read_end, write_end = os.pipe()
-            os.dup2(write_end, 2)
-            os.close(write_end)
-        except OSError:
-            logger.debug("cannot capture stderr; start failures will be less specific")
-            return
-        self._saved = saved
-        self._thread = threading.Thread(
-            target=self._pump, args=(read_end, forward), name="autotune-vllm-stderr", daemon=True
-        )
-        self._thread.start()
-
-    def release(self, wait_s: float = 0.0) -> None:
-        """Give this process its stderr back; wait up to ``wait_s`` for the children's output."""
-        if self._saved is None:
-            return
-        with contextlib.suppress(OSError, ValueError):
-            sys.stderr.flush()
-        os.dup2(self._saved, 2)
-        os.close(self._saved)
-        self._saved = None
-        if wait_s > 0 and self._thread is not None:
-            self._thread.join(wait_s)
-
-    def lines(self) -> list[str]:
-        with self._lock:
-            return list(self._lines)
-
-    def _pump(self, read_end: int, forward: int) -> None:
-        pending = b""
-        forwarding = True
-        try:
-            while chunk := os.read(read_end, 65536):
-                if forwarding:
-                    try:
-                        os.write(forward, chunk)
-                    except OSError:
-                        forwarding = False  # keep draining, or the children would block
-                pending += chunk
-                *complete, pending = pending.split(b"\n")
-                if complete:
-                    with self._lock:
-                        self._lines.extend(x.decode(errors="replace") for x in complete)
-                if len(pending) > 65536:
-                    pending = pending[-65536:]
-        finally:
-            if pending:
-                with self._lock:
-                    self._lines.append(pending.decode(errors="replace"))
-            os.close(read_end)
-            os.close(forward)
-
-
 # --- the engine -----------------------------------------------------------------------------
 
 
@@ -338,7 +185,7 @@ class VLLMEngine(Engine):
         self._warmup_timeout_s = warmup_timeout_s
         self._engine: Any = None
         self._loop: _LoopThread | None = None
-        self._stderr: _StderrTail | None = None
+        self._stderr: StderrTail | None = None
         self._saved_env: dict[str, str | None] = {}
         self._rendered: dict[str, list[Any]] = {}
         self._runs = 0
@@ -368,7 +215,7 @@ class VLLMEngine(Engine):
             raise EngineError(f"engine did not start: {one_line_reason(exc)}") from None
         self._apply_env(config.env)
         self._loop = _LoopThread()
-        self._stderr = _StderrTail()
+        self._stderr = StderrTail()
         self._stderr.start()
         t0 = time.perf_counter()
         try:
