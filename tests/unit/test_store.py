@@ -149,7 +149,7 @@ def test_migration_adds_column_and_keeps_data(tmp_path: Path, monkeypatch: pytes
     )
     monkeypatch.setattr(migrations, "SCHEMA_VERSION", n)
     monkeypatch.setattr(
-        "autotune.store.store.upgrade",
+        "autotune.store.connection.upgrade",
         lambda conn: migrations.upgrade(conn, n, script_location=scripts),
     )
     store = Store(str(path))

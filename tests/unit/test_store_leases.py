@@ -1,4 +1,4 @@
-"""The store's leases (autotune.store.store, issue #33 item 2): an identity that cannot collide
+"""The store's leases (autotune.store.leases, issue #33 item 2): an identity that cannot collide
 (driver id, host, PID, PID namespace, boot id), one clock for takeovers on SQLite (a client clock
 ±90 s, skewed for real in C by an LD_PRELOAD shim, evicts no live driver), and a driver stopped inside a
 write reported in one line within the lease rules, not ``database is locked`` after 30 s."""
@@ -18,7 +18,7 @@ from sqlalchemy import update
 
 from autotune.errors import StudyBusyError
 from autotune.store import Store
-from autotune.store.store import _boot_id, _read_link, driver_identity, same_pid_space
+from autotune.store.leases import _boot_id, _read_link, driver_identity, same_pid_space
 from autotune.store.tables import LeaseRow
 
 REPO = Path(__file__).resolve().parents[2]
@@ -54,7 +54,7 @@ def test_the_identity_names_driver_host_pid_and_pid_namespace():
     assert me.boot_id == _boot_id() and me.boot_id
     assert same_pid_space(me, me)
     child = subprocess.run(
-        [sys.executable, "-c", "from autotune.store.store import _DRIVER_ID; print(_DRIVER_ID[0])"],
+        [sys.executable, "-c", "from autotune.store.leases import _DRIVER_ID; print(_DRIVER_ID[0])"],
         env={**os.environ, "PYTHONPATH": str(REPO)},
         capture_output=True,
         text=True,
@@ -328,7 +328,7 @@ def test_a_locked_sqlite_file_is_retried_then_given_up_in_one_line(
     import threading
 
     from autotune.errors import StoreError
-    from autotune.store import store as store_module
+    from autotune.store import connection as store_module
 
     monkeypatch.setattr(store_module, "SQLITE_BUSY_TIMEOUT_MS", 200)
     store = _store(tmp_path)

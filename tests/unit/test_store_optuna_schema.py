@@ -1,4 +1,4 @@
-"""The store's creation of Optuna's tables (``autotune.store.store._create_optuna_schema``): a
+"""The store's creation of Optuna's tables (``autotune.store.optuna_schema._create_optuna_schema``): a
 store created after the first one in a process (Alembic scripts loaded once) holds exactly what
 Optuna's own ``RDBStorage`` creates alone, and Optuna's compatibility check accepts it."""
 
@@ -9,8 +9,8 @@ from pathlib import Path
 import optuna
 from sqlalchemy import create_engine, inspect, text
 
-from autotune.store import store as store_module
-from autotune.store.store import Store
+from autotune.store import optuna_schema as store_module
+from autotune.store import Store
 
 
 def _schema(path: Path) -> tuple[dict[str, list[str]], list[str], list[tuple[object, ...]]]:
