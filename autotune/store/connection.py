@@ -164,7 +164,6 @@ def _dialect(s: Session) -> str:
     return s.get_bind().dialect.name
 
 
-
 _PG_SCHEMA_LOCK = 0x6175746F  # "auto": the advisory-lock key that serializes schema creation
 
 
@@ -194,7 +193,6 @@ def _sqlite_path(url: str) -> Path | None:
     ):
         return None
     return Path(parsed.database)
-
 
 
 def _writable(path: Path) -> bool:
@@ -262,7 +260,6 @@ def _schema_current(engine: Engine) -> bool:
         return is_current(conn)
 
 
-
 def _aware(value: datetime) -> datetime:
     """SQLite hands back naive datetimes; every stored time is UTC."""
     from datetime import timezone
@@ -282,7 +279,6 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
 def _one_line(exc: BaseException) -> str:
     text = str(getattr(exc, "orig", None) or exc)
     return text.strip().splitlines()[0] if text.strip() else type(exc).__name__
-
 
 
 class StoreConnection:

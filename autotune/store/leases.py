@@ -65,6 +65,11 @@ def check_lease_ttl(ttl_s: float) -> None:
         )
 
 
+_LEASE = cast(Table, LeaseRow.__table__)
+"""The lease table: every lease write is a Core statement on it, on the write's connection (the
+ORM's bulk UPDATE would also look for the row in the session to synchronize it, which nothing
+here needs)."""
+
 
 def _fence_statement(conn: Session | Any, lease: Lease) -> bool:
     """The fence: touch the lease's heartbeat if the token is still ours, in the caller's
@@ -94,7 +99,7 @@ def _touch_lease(dialect: str) -> Update:
     building it anew each time was a third of its cost); the lease comes as parameters. On the
     table (Core), not the ORM class: the ORM's bulk UPDATE would also look for the lease row in
     the session to synchronize it, which nothing here needs."""
-    lease = cast(Table, LeaseRow.__table__)
+    lease = _LEASE
     return (
         update(lease)
         .where(
@@ -388,7 +393,6 @@ class LeaseRepository(StoreConnection):
             raise StudyBusyError(_busy_message(study, holder))
         raise StoreError(f"could not take the lease of study {study!r}")
 
-
     def _lease_values(
         self, dialect: str, token: str, ttl_s: float, me: DriverIdentity
     ) -> dict[str, Any]:
@@ -410,7 +414,7 @@ class LeaseRepository(StoreConnection):
         try:
             with self._lease_write(study, None) as s:
                 values = self._lease_values(_dialect(s), token, ttl_s, me)
-                s.execute(insert(LeaseRow).values(study_name=study, **values))
+                s.connection().execute(insert(_LEASE).values(study_name=study, **values))
         except StoreError as exc:
             if isinstance(exc, StudyBusyError):
                 raise
@@ -423,12 +427,12 @@ class LeaseRepository(StoreConnection):
         """The compare and swap: the row as read (same token, same heartbeat count) becomes
         ours; False when it changed in between."""
         with self._lease_write(study, holder) as s:
-            res = s.execute(
-                update(LeaseRow)
+            res = s.connection().execute(
+                update(_LEASE)
                 .where(
-                    LeaseRow.study_name == study,
-                    LeaseRow.token == holder.token,
-                    LeaseRow.beat == holder.beat,
+                    _LEASE.c.study_name == study,
+                    _LEASE.c.token == holder.token,
+                    _LEASE.c.beat == holder.beat,
                 )
                 .values(**self._lease_values(_dialect(s), token, ttl_s, me))
             )
@@ -514,13 +518,13 @@ class LeaseRepository(StoreConnection):
         """Push the lease's expiry forward and count the beat; False when it is no longer ours."""
         with self.session() as s:
             dialect = _dialect(s)
-            res = s.execute(
-                update(LeaseRow)
-                .where(LeaseRow.study_name == lease.study, LeaseRow.token == lease.token)
+            res = s.connection().execute(
+                update(_LEASE)
+                .where(_LEASE.c.study_name == lease.study, _LEASE.c.token == lease.token)
                 .values(
                     heartbeat_at=db_now(dialect),
                     expires_at=db_now(dialect, lease.ttl_s),
-                    beat=LeaseRow.beat + 1,
+                    beat=_LEASE.c.beat + 1,
                 )
             )
             return getattr(res, "rowcount", 0) == 1
@@ -533,9 +537,9 @@ class LeaseRepository(StoreConnection):
 
     def release_lease(self, lease: Lease) -> None:
         with self.session() as s:
-            s.execute(
-                delete(LeaseRow).where(
-                    LeaseRow.study_name == lease.study, LeaseRow.token == lease.token
+            s.connection().execute(
+                delete(_LEASE).where(
+                    _LEASE.c.study_name == lease.study, _LEASE.c.token == lease.token
                 )
             )
 

@@ -23,6 +23,7 @@ from autotune.store.records import (
     FINISHED_STATES,
     MEASURED_STATES,
     MeasurementRecord,
+    NewRecommendation,
     RecommendationRecord,
     StudyRecord,
     TrialRecord,
@@ -58,7 +59,8 @@ class Repositories(LeaseRepository):
         """Insert a study; a duplicate name is a SpecError unless ``replace``."""
         try:
             with self.session() as s:
-                existing = s.scalar(select(StudyRow).where(StudyRow.name == name))
+                conn = s.connection()
+                existing = conn.execute(select(_STUDY.c.id).where(_STUDY.c.name == name)).scalar()
                 if existing is not None:
                     if not replace:
                         raise SpecError(
@@ -67,19 +69,22 @@ class Repositories(LeaseRepository):
                             source=source,
                             field="name",
                         )
-                    s.delete(existing)
-                    s.flush()
-                row = StudyRow(
-                    name=name,
-                    description=description,
-                    model_alias=model_alias,
-                    model=model,
-                    source=source,
-                    resolved_json=resolved_json,
-                    optuna_study_name=f"autotune:{name}",
+                    conn.execute(delete(_STUDY).where(_STUDY.c.id == existing))
+                inserted = conn.execute(
+                    insert(_STUDY),
+                    {
+                        "name": name,
+                        "description": description,
+                        "model_alias": model_alias,
+                        "model": model,
+                        "source": source,
+                        "resolved_json": resolved_json,
+                        "optuna_study_name": f"autotune:{name}",
+                    },
                 )
-                s.add(row)
-                s.flush()
+                # The row as written, its defaults (status, times) included: no read back.
+                written = cast(Mapping[str, Any], inserted.last_inserted_params())
+                row = {**written, "id": _new_id(inserted)}
                 return self._study_record(s, row)
         except StoreError as exc:
             if "UNIQUE" in str(exc).upper():  # a concurrent create won the race
@@ -92,7 +97,8 @@ class Repositories(LeaseRepository):
         if not self.exists():
             raise NotFoundError(f"no study named {name!r} (the store {self.shown_url} is empty)")
         with self.session() as s:
-            row = s.scalar(select(StudyRow).where(StudyRow.name == name))
+            query = select(_STUDY).where(_STUDY.c.name == name)
+            row = s.connection().execute(query).mappings().first()
             if row is None:
                 raise NotFoundError(f"no study named {name!r} in {self.shown_url}")
             return self._study_record(s, row)
@@ -101,15 +107,14 @@ class Repositories(LeaseRepository):
         if not self.exists():
             return []
         with self.session() as s:
-            rows = s.scalars(select(StudyRow).order_by(StudyRow.created_at)).all()
+            query = select(_STUDY).order_by(_STUDY.c.created_at)
+            rows = s.connection().execute(query).mappings().all()
             return [self._study_record(s, r) for r in rows]
 
     def delete_study(self, name: str) -> None:
         record = self.get_study(name)
-        with self.session() as s:
-            row = s.get(StudyRow, record.id)
-            if row is not None:
-                s.delete(row)
+        with self.session() as s:  # its trials, measurements, ... go by ON DELETE CASCADE
+            s.connection().execute(delete(_STUDY).where(_STUDY.c.id == record.id))
 
     def set_study_status(self, name: str, status: str) -> None:
         with self._driver_write() as s:
@@ -121,10 +126,11 @@ class Repositories(LeaseRepository):
             if done.rowcount != 1:
                 raise NotFoundError(f"no study named {name!r}")
 
-    def _study_record(self, s: Session, row: StudyRow) -> StudyRecord:
+    def _study_record(self, s: Session, row: Mapping[Any, Any]) -> StudyRecord:
+        """A study's row (its columns by name) as a record, with its counts and live status."""
         counts = s.execute(
             select(TrialRow.state, func.count())
-            .where(TrialRow.study_id == row.id)
+            .where(TrialRow.study_id == row["id"])
             .group_by(TrialRow.state)
         ).all()
         by_state = {state: n for state, n in counts}
@@ -132,22 +138,22 @@ class Repositories(LeaseRepository):
             s.scalar(
                 select(func.count(MeasurementRow.id))
                 .join(TrialRow)
-                .where(TrialRow.study_id == row.id)
+                .where(TrialRow.study_id == row["id"])
             )
             or 0
         )
         return StudyRecord(
-            id=row.id,
-            name=row.name,
-            description=row.description,
-            model_alias=row.model_alias,
-            model=row.model,
-            source=row.source,
-            resolved_json=row.resolved_json,
-            optuna_study_name=row.optuna_study_name,
+            id=row["id"],
+            name=row["name"],
+            description=row["description"],
+            model_alias=row["model_alias"],
+            model=row["model"],
+            source=row["source"],
+            resolved_json=row["resolved_json"],
+            optuna_study_name=row["optuna_study_name"],
             status=_live_status(s, row),
-            created_at=row.created_at,
-            updated_at=row.updated_at,
+            created_at=row["created_at"],
+            updated_at=row["updated_at"],
             num_trials=sum(by_state.values()),
             num_failed=by_state.get("failed", 0),
             num_measurements=n_meas,
@@ -252,25 +258,32 @@ class Repositories(LeaseRepository):
         ``interrupted`` (their engines are gone). Their measurements stay: a resume reopens
         the trial (:meth:`reopen_trial`) and measures only the cells it is missing."""
         with self._driver_write() as s:
-            rows = s.scalars(
-                select(TrialRow).where(TrialRow.study_id == study.id, TrialRow.state == "running")
-            ).all()
-            for row in rows:
-                row.state = "interrupted"
-                row.failure_reason = "the driver stopped before the trial finished"
-                row.finished_at = utcnow()
-            return len(rows)
+            done = s.connection().execute(
+                update(_TRIAL)
+                .where(_TRIAL.c.study_id == study.id, _TRIAL.c.state == "running")
+                .values(
+                    state="interrupted",
+                    failure_reason="the driver stopped before the trial finished",
+                    finished_at=utcnow(),
+                )
+            )
+            return int(done.rowcount)
 
     def reopen_trial(self, trial_id: int, optuna_trial_number: int | None) -> None:
         """Run an interrupted trial again: ``running`` once more, its measured cells kept."""
         with self._driver_write() as s:
-            row = s.get(TrialRow, trial_id)
-            if row is None or row.state != "interrupted":
+            done = s.connection().execute(
+                update(_TRIAL)
+                .where(_TRIAL.c.id == trial_id, _TRIAL.c.state == "interrupted")
+                .values(
+                    state="running",
+                    failure_reason=None,
+                    finished_at=None,
+                    optuna_trial_number=optuna_trial_number,
+                )
+            )
+            if done.rowcount != 1:
                 raise NotFoundError(f"no interrupted trial {trial_id}")
-            row.state = "running"
-            row.failure_reason = None
-            row.finished_at = None
-            row.optuna_trial_number = optuna_trial_number
 
     def trial_measurements(self, trial_id: int) -> list[MeasurementRecord]:
         """One trial's stored measurements, whatever its state (an interrupted trial's too)."""
@@ -314,30 +327,34 @@ class Repositories(LeaseRepository):
     # --- recommendations --------------------------------------------------------------------
 
     def replace_recommendations(
-        self, study: StudyRecord, items: Sequence[Mapping[str, Any]]
+        self, study: StudyRecord, items: Sequence[NewRecommendation]
     ) -> int:
         """Store a study's recommendations, replacing the ones a previous run stored (one
         transaction: readers see the old set or the new one, never both)."""
+        rows = [
+            {
+                "study_id": study.id,
+                "model": study.model,
+                "model_alias": study.model_alias,
+                "workload": item.workload,
+                "workload_digest": item.workload_digest,
+                "concurrency": item.concurrency,
+                "trial_id": item.trial_id,
+                "speculative_config": (
+                    dict(item.speculative_config) if item.speculative_config else None
+                ),
+                "output_throughput_tok_s": item.output_throughput_tok_s,
+                "baseline_tok_s": item.baseline_tok_s,
+                "speedup": item.speedup,
+            }
+            for item in items
+        ]
         with self._driver_write() as s:
-            s.execute(delete(RecommendationRow).where(RecommendationRow.study_id == study.id))
-            for item in items:
-                config = item.get("speculative_config")
-                s.add(
-                    RecommendationRow(
-                        study_id=study.id,
-                        model=study.model,
-                        model_alias=study.model_alias,
-                        workload=item["workload"],
-                        workload_digest=item["workload_digest"],
-                        concurrency=item["concurrency"],
-                        trial_id=item.get("trial_id"),
-                        speculative_config=dict(config) if config else None,
-                        output_throughput_tok_s=item["output_throughput_tok_s"],
-                        baseline_tok_s=item.get("baseline_tok_s"),
-                        speedup=item.get("speedup"),
-                    )
-                )
-        return len(items)
+            conn = s.connection()
+            conn.execute(delete(_RECOMMENDATION).where(_RECOMMENDATION.c.study_id == study.id))
+            if rows:
+                conn.execute(insert(_RECOMMENDATION), rows)
+        return len(rows)
 
     def recommendations(self, study: StudyRecord) -> list[RecommendationRecord]:
         with self.session() as s:
@@ -379,16 +396,17 @@ class Repositories(LeaseRepository):
     ) -> None:
         """Store one ``autotune verify`` result with its study."""
         with self.session() as s:
-            s.add(
-                VerificationRow(
-                    study_id=study.id,
-                    workload=workload,
-                    mode=mode,
-                    passed=passed,
-                    tolerance=tolerance,
-                    result=dict(result),
-                    vllm_version=vllm_version,
-                )
+            s.connection().execute(
+                insert(_VERIFICATION),
+                {
+                    "study_id": study.id,
+                    "workload": workload,
+                    "mode": mode,
+                    "passed": passed,
+                    "tolerance": tolerance,
+                    "result": dict(result),
+                    "vllm_version": vllm_version,
+                },
             )
 
     def verifications(self, study: StudyRecord, workload: str | None = None) -> list[Any]:
@@ -401,18 +419,17 @@ class Repositories(LeaseRepository):
             return [(r.created_at, dict(r.result)) for r in rows]
 
 
-def _live_status(s: Session, row: StudyRow) -> str:
+def _live_status(s: Session, row: Mapping[Any, Any]) -> str:
     """A study left ``running`` by a driver whose lease lapsed (killed, host lost) reads as
     ``interrupted``, not ``running`` forever."""
-    if row.status != "running":
-        return row.status
+    if row["status"] != "running":
+        return str(row["status"])
     live = s.scalar(
         select(func.count())
         .select_from(LeaseRow)
-        .where(LeaseRow.study_name == row.name, LeaseRow.expires_at >= db_now(_dialect(s)))
+        .where(LeaseRow.study_name == row["name"], LeaseRow.expires_at >= db_now(_dialect(s)))
     )
-    return row.status if live else "interrupted"
-
+    return "running" if live else "interrupted"
 
 
 def _trial_record(r: TrialRow) -> TrialRecord:
@@ -458,6 +475,8 @@ def observed(m: Measurement) -> dict[str, Any]:
 _MEASUREMENT = cast(Table, MeasurementRow.__table__)
 _TRIAL = cast(Table, TrialRow.__table__)
 _STUDY = cast(Table, StudyRow.__table__)
+_RECOMMENDATION = cast(Table, RecommendationRow.__table__)
+_VERIFICATION = cast(Table, VerificationRow.__table__)
 
 _INSERT_MEASUREMENT = insert(_MEASUREMENT)
 """A measurement's INSERT on the table (SQLAlchemy Core): the ORM's unit of work around one new
@@ -537,4 +556,3 @@ def _measurement_record(r: RowMapping) -> MeasurementRecord:
         engine_args=dict(r["engine_args"] or {}),
         env=dict(r["env"] or {}),
     )
-

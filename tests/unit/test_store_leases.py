@@ -54,7 +54,11 @@ def test_the_identity_names_driver_host_pid_and_pid_namespace():
     assert me.boot_id == _boot_id() and me.boot_id
     assert same_pid_space(me, me)
     child = subprocess.run(
-        [sys.executable, "-c", "from autotune.store.leases import _DRIVER_ID; print(_DRIVER_ID[0])"],
+        [
+            sys.executable,
+            "-c",
+            "from autotune.store.leases import _DRIVER_ID; print(_DRIVER_ID[0])",
+        ],
         env={**os.environ, "PYTHONPATH": str(REPO)},
         capture_output=True,
         text=True,
@@ -288,9 +292,8 @@ def test_a_client_clock_90_s_off_evicts_no_live_driver_on_sqlite(
 
 def test_a_lease_row_read_is_all_database_time():
     """The lease code reads no client clock: every time it writes or compares is db_now."""
-    source = (REPO / "autotune/store/store.py").read_text()
-    start, end = source.index("# --- leases"), source.index("    def trials(")
-    leases = source[start:end]
+    leases = (REPO / "autotune/store/leases.py").read_text()
+    assert "class LeaseRepository" in leases and "def acquire_lease" in leases
     for clock in ("time.time(", "datetime.now(", "utcnow()  #", "time.time_ns("):
         assert clock not in leases, clock
     assert "time.monotonic()" in leases  # durations only: the watch of a lapsed SQLite lease
