@@ -179,7 +179,7 @@ def run_study(
     from autotune.search.preflight import refuse
     from autotune.search.protocol import run_protocol
     from autotune.store import LEASE_TTL_S
-    from autotune.store.store import check_lease_ttl
+    from autotune.store.leases import check_lease_ttl
 
     ttl_s = LEASE_TTL_S if lease_ttl_s is None else lease_ttl_s
     check_lease_ttl(ttl_s)

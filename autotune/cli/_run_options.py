@@ -109,7 +109,7 @@ def run_options(f: Any) -> Any:
 
 
 def _lease_ttl(_ctx: Any, _param: Any, value: float | None) -> float | None:
-    from autotune.store.store import check_lease_ttl
+    from autotune.store.leases import check_lease_ttl
 
     if value is not None:
         check_lease_ttl(value)  # finite and > 0: SpecError, one line, exit 2

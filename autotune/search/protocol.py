@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import optuna
 
@@ -70,23 +70,24 @@ def save_recommendations(store: Store, record: StudyRecord) -> int:
     replacing what an earlier run of the study stored."""
     from autotune.evidence.cells import cells
     from autotune.recommend.choose import choose
+    from autotune.store import NewRecommendation
 
     rows = store.measurements(study=record.name)
-    items: list[dict[str, Any]] = []
+    items: list[NewRecommendation] = []
     for workload, concurrency in cells(rows):
         choice = choose(rows, workload, concurrency)
         if choice is None:
             continue
         items.append(
-            {
-                "workload": workload,
-                "workload_digest": choice.workload_digest,
-                "concurrency": concurrency,
-                "trial_id": choice.best.trial_ids[0],
-                "speculative_config": choice.best.speculative_config,
-                "output_throughput_tok_s": choice.best.median_tok_s,
-                "baseline_tok_s": choice.baseline.median_tok_s if choice.baseline else None,
-                "speedup": choice.speedup,
-            }
+            NewRecommendation(
+                workload=workload,
+                workload_digest=choice.workload_digest,
+                concurrency=concurrency,
+                trial_id=choice.best.trial_ids[0],
+                speculative_config=choice.best.speculative_config,
+                output_throughput_tok_s=choice.best.median_tok_s,
+                baseline_tok_s=choice.baseline.median_tok_s if choice.baseline else None,
+                speedup=choice.speedup,
+            )
         )
     return store.replace_recommendations(record, items)

@@ -73,6 +73,12 @@ def current_version(conn: Connection) -> int | None:
     return int(value) if value is not None else None
 
 
+def is_current(conn: Connection) -> bool:
+    """Whether the stored schema is this autotune's (:data:`SCHEMA_VERSION`, read at call time:
+    tests change the target version)."""
+    return current_version(conn) == SCHEMA_VERSION
+
+
 def alembic_revision(conn: Connection) -> str | None:
     """The revision Alembic's version table holds (None: not stamped, e.g. a pre-Alembic store)."""
     from alembic.runtime.migration import MigrationContext

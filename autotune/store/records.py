@@ -1,7 +1,9 @@
-"""Plain frozen records the store's queries return (never live ORM rows)."""
+"""Plain frozen records the store's queries return (never live ORM rows), and the typed inputs
+of its writes (:class:`NewRecommendation`)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -116,3 +118,18 @@ class RecommendationRecord:
     speedup: float | None
     source: str
     created_at: datetime
+
+
+@dataclass(frozen=True)
+class NewRecommendation:
+    """One recommendation to store (``Store.replace_recommendations``): the chosen config of a
+    (workload, concurrency) cell of the study, ``speculative_config`` None for "off"."""
+
+    workload: str
+    workload_digest: str
+    concurrency: int
+    output_throughput_tok_s: float
+    trial_id: int | None = None
+    speculative_config: Mapping[str, Any] | None = None
+    baseline_tok_s: float | None = None
+    speedup: float | None = None

@@ -87,9 +87,9 @@ import datetime, os, sys, time
 # A skewed client clock: every time autotune reads from this process's clock is off by
 # CLOCK_SKEW_S (the lease times must come from the database's clock instead).
 skew = datetime.timedelta(seconds=float(os.environ.get("CLOCK_SKEW_S", "0")))
-from autotune.store import store as _store, tables as _tables
+from autotune.store import leases as _leases, repositories as _repos, tables as _tables
 _real = _tables.utcnow
-_tables.utcnow = _store.utcnow = lambda: _real() + skew
+_tables.utcnow = _repos.utcnow = _leases.utcnow = lambda: _real() + skew
 from autotune.engine.replay import ReplayEngine
 _measure = ReplayEngine.measure
 delay = float(os.environ.get("MEASURE_S", "0"))

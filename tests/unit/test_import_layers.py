@@ -95,6 +95,10 @@ def _imports(
             targets = [
                 f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names
             ]
+            # `from package import module` runs the package's __init__ first and reads the
+            # module from it: a dependency on the package as well as on the module.
+            if base not in targets:
+                targets.append(base)
         elif (
             isinstance(node, ast.Call)
             and getattr(node.func, "attr", "") == "import_module"
@@ -215,6 +219,20 @@ def test_the_checker_sees_lazy_and_importlib_imports(tmp_path: Path):
     inner, outer = _imports("autotune.a", modules["autotune.a"], modules)
     assert inner == {"autotune.b"} and "vllm" in outer
     assert _cycles({"x": {"y"}, "y": {"x"}}) == [["x", "y"]]
+    # `from package import module` inside the package: a circle through the package's
+    # __init__ (which imports the importing module), not only an edge to the sibling.
+    (tmp_path / "p").mkdir()
+    package = {
+        "autotune.p": tmp_path / "p" / "__init__.py",
+        "autotune.p.m": tmp_path / "p" / "m.py",
+        "autotune.p.n": tmp_path / "p" / "n.py",
+    }
+    package["autotune.p"].write_text("from autotune.p.m import X\n")
+    package["autotune.p.m"].write_text("from autotune.p import n\nX = n\n")
+    package["autotune.p.n"].write_text("")
+    graph = {name: _imports(name, path, package)[0] for name, path in package.items()}
+    assert graph["autotune.p.m"] == {"autotune.p", "autotune.p.n"}
+    assert _cycles(graph) == [["autotune.p", "autotune.p.m"]]
 
 
 EVIDENCE_MAY_IMPORT = {

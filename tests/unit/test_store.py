@@ -149,7 +149,7 @@ def test_migration_adds_column_and_keeps_data(tmp_path: Path, monkeypatch: pytes
     )
     monkeypatch.setattr(migrations, "SCHEMA_VERSION", n)
     monkeypatch.setattr(
-        "autotune.store.store.upgrade",
+        "autotune.store.connection.upgrade",
         lambda conn: migrations.upgrade(conn, n, script_location=scripts),
     )
     store = Store(str(path))
@@ -248,3 +248,131 @@ def test_a_driver_that_lost_its_lease_writes_nothing(tmp_path: Path):
     assert optuna.load_study(study_name="autotune:s", storage=new.url).trials == []
     assert new.lease_holder("s") is not None  # the old holder's exit released nothing of it
     new.release_lease(taken)
+
+
+def test_recommendations_are_typed_and_replace_the_earlier_set(tmp_path: Path):
+    from autotune.store import NewRecommendation
+
+    store = Store(str(tmp_path / "a.db"))
+    study = _study(store)
+    tid = store.start_trial(study, EngineConfig(model="tiny:llama"), None)
+    first = [NewRecommendation("code", "d1", 1, 100.0, speculative_config=None)]
+    assert store.replace_recommendations(study, first) == 1
+    config = {"method": "ngram", "num_speculative_tokens": 3}
+    new = [
+        NewRecommendation("code", "d1", 1, 180.0, tid, config, 100.0, 1.8),
+        NewRecommendation("code", "d1", 4, 90.0),
+    ]
+    assert store.replace_recommendations(study, new) == 2
+    on, off = store.recommendations(study)
+    assert (on.concurrency, on.trial_id, on.speculative_config) == (1, tid, config)
+    assert (on.output_throughput_tok_s, on.baseline_tok_s, on.speedup) == (180.0, 100.0, 1.8)
+    assert (on.study, on.model, on.model_alias, on.source) == (
+        "s",
+        "tiny:llama",
+        "tiny",
+        "measured",
+    )
+    assert on.created_at is not None
+    assert (off.concurrency, off.speculative_config, off.trial_id, off.speedup) == (
+        4,
+        None,
+        None,
+        None,
+    )
+    assert store.replace_recommendations(study, []) == 0 and store.recommendations(study) == []
+    with pytest.raises(AttributeError):
+        new[0].speedup = 2.0  # type: ignore[misc]  # frozen
+
+
+def test_a_new_study_reads_as_stored_and_replace_drops_the_old_one(tmp_path: Path):
+    store = Store(str(tmp_path / "a.db"))
+    made = _study(store)
+    got = store.get_study("s")
+    assert (made.id, made.status, made.num_trials, made.optuna_study_name) == (
+        got.id,
+        "created",
+        0,
+        "autotune:s",
+    )
+    assert made.created_at is not None and made.updated_at is not None
+    tid = store.start_trial(made, EngineConfig(model="tiny:llama"), None)
+    store.save_verification(
+        made,
+        workload="code",
+        mode="serve",
+        passed=True,
+        tolerance=0.1,
+        result={"a": 1},
+        vllm_version=None,
+    )
+    assert [r for _, r in store.verifications(made)] == [{"a": 1}]
+    assert store.verifications(made, workload="other") == []
+    again = store.create_study(
+        name="s",
+        description="",
+        model_alias=None,
+        model="m",
+        source="y",
+        resolved_json="{}",
+        replace=True,
+    )
+    assert again.model == "m" and again.num_trials == 0  # (SQLite may reuse the id)
+    assert store.trials(made) == [] and store.verifications(made) == []  # cascaded
+    with pytest.raises(NotFoundError):
+        store.reopen_trial(tid, 1)
+    assert [s.name for s in store.list_studies()] == ["s"]
+
+
+def test_every_write_is_a_core_statement(tmp_path: Path):
+    """One write path: no store write goes through the ORM's unit of work (``Session.add``, a
+    changed row, ``Session.delete``); each is a Core statement on the write's connection."""
+    from sqlalchemy import event
+    from sqlalchemy.orm import Session
+
+    from autotune.store import NewRecommendation
+
+    flushed: list[object] = []
+
+    def before_flush(session: Session, *_: object) -> None:
+        flushed.extend([*session.new, *session.dirty, *session.deleted])
+
+    event.listen(Session, "before_flush", before_flush)
+    try:
+        store = Store(str(tmp_path / "a.db"))
+        study = _study(store)
+        study = store.create_study(
+            name="s",
+            description="",
+            model_alias=None,
+            model="m",
+            source="y",
+            resolved_json="{}",
+            replace=True,
+        )
+        config = EngineConfig(model="tiny:llama")
+        with store.lease("s", ttl_s=30) as lease:
+            assert store.renew_lease(lease)
+            tid = store.start_trial(study, config, None)
+            store.record_engine(tid, INFO)
+            store.add_measurement(tid, _measurement(), INFO, config)
+            assert store.abandon_running_trials(study) == 1
+            store.reopen_trial(tid, 2)
+            store.finish_trial(tid, state="complete", engine_seconds=1.0)
+            store.set_study_status("s", "done")
+            store.replace_recommendations(study, [NewRecommendation("code", "d1", 1, 1.0)])
+        store.save_verification(
+            study,
+            workload="code",
+            mode="serve",
+            passed=True,
+            tolerance=0.1,
+            result={},
+            vllm_version="v",
+        )
+        assert len(store.measurements(study="s")) == 1 and store.recommendations(study)
+        store.delete_study("s")
+        assert store.list_studies() == []
+    finally:
+        event.remove(Session, "before_flush", before_flush)
+    assert flushed == []

@@ -1,4 +1,4 @@
-"""The store's leases (autotune.store.store, issue #33 item 2): an identity that cannot collide
+"""The store's leases (autotune.store.leases, issue #33 item 2): an identity that cannot collide
 (driver id, host, PID, PID namespace, boot id), one clock for takeovers on SQLite (a client clock
 ±90 s, skewed for real in C by an LD_PRELOAD shim, evicts no live driver), and a driver stopped inside a
 write reported in one line within the lease rules, not ``database is locked`` after 30 s."""
@@ -18,7 +18,7 @@ from sqlalchemy import update
 
 from autotune.errors import StudyBusyError
 from autotune.store import Store
-from autotune.store.store import _boot_id, _read_link, driver_identity, same_pid_space
+from autotune.store.leases import _boot_id, _read_link, driver_identity, same_pid_space
 from autotune.store.tables import LeaseRow
 
 REPO = Path(__file__).resolve().parents[2]
@@ -54,7 +54,11 @@ def test_the_identity_names_driver_host_pid_and_pid_namespace():
     assert me.boot_id == _boot_id() and me.boot_id
     assert same_pid_space(me, me)
     child = subprocess.run(
-        [sys.executable, "-c", "from autotune.store.store import _DRIVER_ID; print(_DRIVER_ID[0])"],
+        [
+            sys.executable,
+            "-c",
+            "from autotune.store.leases import _DRIVER_ID; print(_DRIVER_ID[0])",
+        ],
         env={**os.environ, "PYTHONPATH": str(REPO)},
         capture_output=True,
         text=True,
@@ -288,9 +292,8 @@ def test_a_client_clock_90_s_off_evicts_no_live_driver_on_sqlite(
 
 def test_a_lease_row_read_is_all_database_time():
     """The lease code reads no client clock: every time it writes or compares is db_now."""
-    source = (REPO / "autotune/store/store.py").read_text()
-    start, end = source.index("# --- leases"), source.index("    def trials(")
-    leases = source[start:end]
+    leases = (REPO / "autotune/store/leases.py").read_text()
+    assert "class LeaseRepository" in leases and "def acquire_lease" in leases
     for clock in ("time.time(", "datetime.now(", "utcnow()  #", "time.time_ns("):
         assert clock not in leases, clock
     assert "time.monotonic()" in leases  # durations only: the watch of a lapsed SQLite lease
@@ -328,7 +331,7 @@ def test_a_locked_sqlite_file_is_retried_then_given_up_in_one_line(
     import threading
 
     from autotune.errors import StoreError
-    from autotune.store import store as store_module
+    from autotune.store import connection as store_module
 
     monkeypatch.setattr(store_module, "SQLITE_BUSY_TIMEOUT_MS", 200)
     store = _store(tmp_path)

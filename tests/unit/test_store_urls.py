@@ -40,7 +40,7 @@ def test_lease_ttl_is_refused_in_one_line(ttl: str, capsys: pytest.CaptureFixtur
 
 def test_lease_ttl_bounds():
     from autotune.errors import SpecError
-    from autotune.store.store import check_lease_ttl
+    from autotune.store.leases import check_lease_ttl
 
     check_lease_ttl(0.5)
     check_lease_ttl(60)
