@@ -85,7 +85,7 @@ _RECIPE_MODULE = "autotune.testing._tiny_build"
 _REAL_RECIPE_MODULE = "autotune.testing._smollm2_build"
 
 _RECIPES = Path(__file__).resolve().parents[1] / "testing"
-_SOURCES = ("_tiny_build.py", "_tiny_nets.py")
+_SOURCES = ("_tiny_build.py", "_tiny_nets.py", "_checkpoint.py")
 _REAL_SOURCES = (*_SOURCES, "_smollm2_build.py")  # it imports the tiny trainer
 
 

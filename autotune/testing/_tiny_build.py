@@ -8,11 +8,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import platform
-import shutil
 import sys
 import sysconfig
-import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,9 +17,16 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from safetensors.torch import load_file, save_file
 from torch import Tensor
 
+from autotune.testing._checkpoint import (
+    copy_tokenizer,
+    llama_config,
+    load_weights,
+    run_build,
+    save_weights,
+    write_json,
+)
 from autotune.testing._tiny_nets import (
     Dims,
     Weights,
@@ -240,53 +244,6 @@ def simulated_acceptance(drafts: Tensor, sequences: Tensor, first_anchor: int) -
     truth = torch.stack([sequences[:, 2 + i : 2 + i + t] for i in range(n)], dim=-1)
     accepted = (drafts == truth).long().cumprod(-1)[:, first_anchor:]
     return [round(x, 4) for x in accepted.float().mean((0, 1)).tolist()]
-
-
-# --- checkpoint files ----------------------------------------------------------------------
-
-
-def save_weights(w: Weights, path: Path) -> None:
-    tensors = {k: v.detach().to(torch.bfloat16).contiguous() for k, v in sorted(w.items())}
-    save_file(tensors, str(path / "model.safetensors"), metadata={"format": "pt"})
-
-
-def load_weights(path: Path) -> Weights:
-    """A checkpoint's weights as float32 (values exactly the bf16 ones vLLM serves)."""
-    return {k: v.to(torch.float32) for k, v in load_file(str(path / "model.safetensors")).items()}
-
-
-def copy_tokenizer(src: Path, dst: Path) -> None:
-    for f in sorted(src.iterdir()):
-        if f.name.startswith(("tokenizer", "special_tokens", "chat_template")):
-            shutil.copy2(f, dst / f.name)
-
-
-def write_json(path: Path, obj: Mapping[str, Any]) -> None:
-    path.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
-
-
-def llama_config(dims: Dims, num_layers: int) -> dict[str, Any]:
-    return {
-        "architectures": ["LlamaForCausalLM"],
-        "model_type": "llama",
-        "vocab_size": dims.vocab_size,
-        "hidden_size": dims.hidden_size,
-        "intermediate_size": dims.intermediate_size,
-        "num_hidden_layers": num_layers,
-        "num_attention_heads": dims.num_heads,
-        "num_key_value_heads": dims.num_heads,
-        "head_dim": dims.head_dim,
-        "hidden_act": "silu",
-        "rms_norm_eps": dims.rms_norm_eps,
-        "rope_theta": dims.rope_theta,
-        "max_position_embeddings": 2048,
-        "tie_word_embeddings": False,
-        "attention_bias": False,
-        "mlp_bias": False,
-        "bos_token_id": 0,
-        "eos_token_id": 1,
-        "torch_dtype": "bfloat16",
-    }
 
 
 def _normal(gen: torch.Generator, out_dim: int, in_dim: int, std: float = 0.02) -> Tensor:
@@ -577,27 +534,10 @@ BUILDERS: Mapping[str, Callable[[Path, Mapping[str, Path]], dict[str, Any]]] = {
 
 
 def main(argv: list[str]) -> None:
-    """``python -m autotune.testing._tiny_build NAME OUT [DEP=PATH ...]``: build into OUT.
-
-    Run by :func:`autotune.testing.tiny.build`, which owns caching, locking and renaming.
-    """
-    from autotune.testing.tiny import REPORT_FILE
-
-    name, out, *dep_args = argv
-    deps = {dep: Path(path) for dep, path in (a.split("=", 1) for a in dep_args)}
-    torch.manual_seed(0)  # every draw is seeded explicitly; this only guards stray ones
-    # Some CPU kernels (index and attention backward) vary from run to run otherwise.
-    torch.use_deterministic_algorithms(True)
-    start = time.perf_counter()
-    metrics = BUILDERS[name](Path(out), deps)
-    report = {
-        "build_s": round(time.perf_counter() - start, 2),
-        "recipe": dataclasses.asdict(RECIPE[name]),
-        "metrics": metrics,
-        "torch_version": torch.__version__,
-        "python_version": platform.python_version(),
-    }
-    write_json(Path(out) / REPORT_FILE, report)
+    """``python -m autotune.testing._tiny_build NAME OUT [DEP=PATH ...]``: build into OUT (some
+    CPU kernels, index and attention backward, vary from run to run unless made deterministic).
+    Run by :func:`autotune.testing.tiny.build`, which owns caching, locking and renaming."""
+    run_build(argv, BUILDERS, RECIPE)
 
 
 if __name__ == "__main__":

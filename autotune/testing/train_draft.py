@@ -27,6 +27,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from autotune.testing._checkpoint import llama_config, load_weights, save_weights, write_json
 from autotune.testing._tiny_build import (
     AUX_LAYER_IDS,
     NUM_DRAFT_POSITIONS,
@@ -37,11 +38,7 @@ from autotune.testing._tiny_build import (
     Stage,
     _decoder_layer,
     _normal,
-    llama_config,
-    load_weights,
-    save_weights,
     train,
-    write_json,
 )
 from autotune.testing._tiny_nets import Weights, eagle3_chain, target_forward
 
