@@ -198,7 +198,7 @@ def test_a_cancel_is_stored_with_its_trial_before_the_engine_ends(tmp_path: Path
         return pools[-1]
 
     with store.lease("toy"), pytest.raises(KeyboardInterrupt):
-        Tuner(store, store.get_study("toy"), factory, strategy=strategy).run()  # type: ignore[arg-type]
+        Tuner(store, store.get_study("toy"), factory, strategy=strategy).run()
     assert pools[0].died
     trials = store.trials(store.get_study("toy"))
     cancelled = [t for t in trials if t.state == "cancelled"]
