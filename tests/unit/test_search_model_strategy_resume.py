@@ -43,6 +43,7 @@ def _trials(url: str, name: str) -> int:
         store.dispose()
 
 
+@pytest.mark.slow  # whole studies run, stopped and resumed
 def test_run_and_resume_at_every_k_on_the_recorded_sweep(tmp_path: Path) -> None:
     """The recorded CPU sweep (14 speculative configs, 6 levels, 3 repeats) with the model
     strategy: every K from 1 to the number of configs the uninterrupted run starts, and a run
@@ -88,6 +89,7 @@ def _stopped_and_resumed(
         store.dispose()
 
 
+@pytest.mark.slow  # whole studies run, stopped and resumed
 def test_a_driver_stopped_after_any_measurement_resumes_to_the_same_end(tmp_path: Path) -> None:
     """Stopped mid-trial after every measurement count of the close-call study (the cells it
     measured kept, its trial reopened), and after random counts, several times in a row, on
@@ -107,6 +109,7 @@ def test_a_driver_stopped_after_any_measurement_resumes_to_the_same_end(tmp_path
         assert got == reference, f"stopped after {stops} measurements"
 
 
+@pytest.mark.slow  # whole studies run, stopped and resumed
 def test_the_levels_decided_at_a_proposal_are_stored(tmp_path: Path) -> None:
     """Every config the strategy proposed has its levels in the Optuna study; a strategy bound
     to the store later reads the same decisions."""
