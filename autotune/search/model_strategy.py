@@ -27,6 +27,14 @@ the c streams gets throughput / c tokens per second, so TPOT scales with c / thr
 smallest ratio of measured p99 TPOT to c / throughput among the level's measured configs turns
 an upper bound on throughput into a lower bound on p99 TPOT. TTFT and ITL limits have no such
 bound: they only decide which measured configs count.
+
+What the strategy decides about a config that its later steps rely on is stored, not kept in
+the driver (:class:`StrategyState`, the Optuna study's user attributes through the tuner): the
+levels a config's engine measures (decided when it is proposed, widened while it runs) and the
+evidence its running engine was last judged on. A resumed study, a takeover or another driver
+continues an engine with the decisions the first driver took; a cancel is stored with its trial
+at once (``autotune.search.tuner``). Everything else is taken afresh from the stored
+measurements.
 """
 
 from __future__ import annotations
@@ -37,6 +45,7 @@ import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 from autotune.cluster.jobs import Cell
 from autotune.engine._base import EngineConfig, Measurement
@@ -68,6 +77,44 @@ PRIOR_MIN_GAIN = 0.1
 """Mean acceptance length a published curve must still gain per added draft token for the
 prior to keep growing N: past that a draft token is accepted less than one step in ten, and
 verifying it costs on every step."""
+
+
+STATE_PREFIX = "autotune:model:"
+"""Prefix of the Optuna study user attributes that hold the model strategy's per-config state
+(:class:`OptunaState`): ``autotune:model:<config key>``."""
+
+
+class StrategyState(Protocol):
+    """Where the model strategy keeps what it decided per config: config key -> a JSON object
+    (``levels``: the [workload, concurrency] its engine measures; ``judged_at``: [finished
+    configs, rows] when its running engine was last judged for a cancel)."""
+
+    def load(self) -> dict[str, dict[str, Any]]:
+        """Every config's stored entry."""
+        ...
+
+    def save(self, key: str, entry: Mapping[str, Any]) -> None:
+        """Store one config's entry (replacing the one stored)."""
+        ...
+
+
+class OptunaState:
+    """:class:`StrategyState` as user attributes of the study's Optuna study (the study store's
+    database; every write there is fenced by the study's lease, as the tuner's are)."""
+
+    def __init__(self, study: Any) -> None:
+        self._study = study
+
+    def load(self) -> dict[str, dict[str, Any]]:
+        attrs: dict[str, Any] = self._study.user_attrs
+        return {
+            k[len(STATE_PREFIX) :]: dict(v)
+            for k, v in attrs.items()
+            if k.startswith(STATE_PREFIX) and isinstance(v, dict)
+        }
+
+    def save(self, key: str, entry: Mapping[str, Any]) -> None:
+        self._study.set_user_attr(STATE_PREFIX + key, dict(entry))
 
 
 @dataclass(frozen=True)
@@ -156,7 +203,11 @@ class ModelStrategy:
         counted from the stored measurements (:func:`close_calls_taken`), not by this instance,
         so a resumed study, a takeover or another driver spends the allowance once."""
         self._levels: dict[str, frozenset[Level]] = {}
-        """Config key -> the levels its engine measures (decided when it is proposed)."""
+        """Config key -> the levels its engine measures: decided once, when it is first
+        proposed (or, for a config with no decision stored, at its first cell), and widened
+        while it runs; stored (:meth:`keep_state_in`)."""
+        self._state: StrategyState | None = None
+        """Where :attr:`_levels` and :attr:`_judged_at` are stored (None: this instance only)."""
         self.margin_pct = margin_pct
         self.noise_floor = noise_floor_pct / 100.0
         self.prior_slack = prior_slack_pct / 100.0
@@ -165,9 +216,51 @@ class ModelStrategy:
         )
         """Published acceptance curves by method: the order of the first batch only."""
         self._cancelled: dict[str, str] = {}
-        """Config key -> why its running engine was stopped early."""
+        """Config key -> why its running engine was stopped early: handed to the tuner, which
+        asks :meth:`cancel_reason` as soon as :meth:`next_cell` returned None and stores the
+        reason with the trial (a resumed driver reads it there: the trial is finished)."""
         self._judged_at: dict[str, tuple[int, int]] = {}
-        """Config key -> (finished configs, rows) when its engine was last judged for a cancel."""
+        """Config key -> (finished configs, rows) when its engine was last judged for a cancel;
+        stored (:meth:`keep_state_in`), so a resumed engine is judged on the same trigger."""
+
+    def keep_state_in(self, state: StrategyState) -> None:
+        """Store the per-config decisions in ``state`` from now on, starting from what it holds
+        (a resumed study, a takeover or another driver continues with the decisions taken)."""
+        self._state = state
+        self._levels, self._judged_at = {}, {}
+        for key, entry in state.load().items():
+            levels = entry.get("levels")
+            if isinstance(levels, list):
+                self._levels[key] = frozenset((str(w), int(c)) for w, c in levels)
+            judged = entry.get("judged_at")
+            if isinstance(judged, list) and len(judged) == 2:
+                self._judged_at[key] = (int(judged[0]), int(judged[1]))
+
+    def _store(self, key: str) -> None:
+        if self._state is None:
+            return
+        entry: dict[str, Any] = {}
+        if key in self._levels:
+            entry["levels"] = [[w, c] for w, c in sorted(self._levels[key])]
+        if key in self._judged_at:
+            entry["judged_at"] = list(self._judged_at[key])
+        self._state.save(key, entry)
+
+    def _set_levels(self, key: str, levels: frozenset[Level]) -> None:
+        if self._levels.get(key) != levels:
+            self._levels[key] = levels
+            self._store(key)
+
+    def _decide_levels(self, config: EngineConfig, levels: frozenset[Level]) -> None:
+        """A proposed config's levels: the first decision stands (a config proposed again,
+        its interrupted trial reopened, keeps the levels its engine was measuring)."""
+        if config.key() not in self._levels:
+            self._set_levels(config.key(), levels)
+
+    def _set_judged(self, key: str, evidence: tuple[int, int]) -> None:
+        if self._judged_at.get(key) != evidence:
+            self._judged_at[key] = evidence
+            self._store(key)
 
     def propose(self, state: SearchState, slots: int, fill: bool = True) -> list[EngineConfig]:
         """Up to ``slots`` configs: each next one is chosen as if the ones before it were
@@ -213,7 +306,7 @@ class ModelStrategy:
                 return out
             if cand.config.key() in taken:
                 continue
-            self._levels[cand.config.key()] = cand.levels
+            self._decide_levels(cand.config, cand.levels)
             out.append(cand.config)
             taken.add(cand.config.key())
         blind: list[list[EngineConfig]] = []
@@ -230,7 +323,7 @@ class ModelStrategy:
             for queue in blind:
                 if queue and len(out) < count:
                     config = queue.pop(0)
-                    self._levels[config.key()] = _levels_of(state.study)
+                    self._decide_levels(config, _levels_of(state.study))
                     out.append(config)
         return out
 
@@ -258,9 +351,11 @@ class ModelStrategy:
         taken = set(state.done) | state.in_flight
         baseline = state.space.baseline()
         if baseline is not None and baseline.key() not in taken:
+            self._decide_levels(baseline, _levels_of(state.study))
             return baseline
         anchor = self._next_anchor(state)
         if anchor is not None:
+            self._decide_levels(anchor, _levels_of(state.study))  # the model is fitted from it
             return anchor
         ranked = self.candidates(state)
         # Several N of one method are strongly tied: one run refits that method's model and
@@ -278,7 +373,7 @@ class ModelStrategy:
         )
         if pick is None:
             return None
-        self._levels[pick.config.key()] = pick.levels
+        self._decide_levels(pick.config, pick.levels)
         return pick.config
 
     # --- what each engine measures ------------------------------------------------------------
@@ -300,14 +395,16 @@ class ModelStrategy:
         screen), so the one config for all levels is chosen among the contenders.
         """
         key = config.key()
+        if key in self._cancelled:
+            return None
         if key not in self._levels:
-            self._levels[key] = self._levels_for(state, config)
+            self._set_levels(key, self._levels_for(state, config))
         evidence = (len(state.done), len(state.rows))
         if key not in self._judged_at:
-            self._judged_at[key] = evidence
+            self._set_judged(key, evidence)
         elif self._judged_at[key] != evidence:
             # A config finished or measured more since this engine was last judged.
-            self._judged_at[key] = evidence
+            self._set_judged(key, evidence)
             why = self._ruled_out(state, config, measured)
             if why is not None:
                 self._cancelled[key] = why
@@ -366,7 +463,7 @@ class ModelStrategy:
                     or undecided_cell(state.study, config, state.rows, measured, limits)
                     or self._close_call(state, mine, measured, limits)
                 )
-            self._levels[key] = wanted | extra
+            self._set_levels(key, wanted | extra)
 
     def _close_call(
         self,
@@ -483,7 +580,8 @@ class ModelStrategy:
         )
 
     def _levels_for(self, state: SearchState, config: EngineConfig) -> frozenset[Level]:
-        """Where a config not proposed by this instance (a resumed study) is measured."""
+        """Where a config with no decision stored is measured (one proposed before the
+        decisions were stored): as if it were proposed now."""
         everywhere = _levels_of(state.study)
         if config.num_speculative_tokens == 0:
             return everywhere

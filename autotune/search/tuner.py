@@ -8,6 +8,11 @@ reopened with the cells it measured, and its engine measures only the cells it i
 replay engine draws exactly what an uninterrupted run would have), and a finished trial the
 Optuna mirror is missing (the driver died between the two writes) is recorded there again.
 
+A strategy's own per-config decisions are stored too (the model strategy's, in the Optuna
+study: ``ModelStrategy.keep_state_in``), and a cancel is stored with its trial as soon as the
+strategy stops the engine, so a resumed study, a takeover or another driver continues from the
+store alone.
+
 The caller holds the study's lease: every write goes through it (``Store.lease``), and the loop
 checks it between steps, so a driver whose lease was taken over stops within one heartbeat.
 
@@ -55,6 +60,7 @@ from autotune.engine._base import (
 from autotune.errors import SpecError, StoreError
 from autotune.evidence.objectives import level_medians, study_objective
 from autotune.search.confirm import CONFIRM, Budget, Confirmer, Step, confirm_cell
+from autotune.search.model_strategy import ModelStrategy, OptunaState
 from autotune.search.objective import metric_name, objective_unit
 from autotune.search.samplers import (
     OptunaMirror,
@@ -354,7 +360,10 @@ class Tuner:
             if config is not None and self.space.params_for(config) not in recorded:
                 why = t.failure_reason if t.state == "failed" else None
                 self.mirror.record(config, self.done[t.config_key], rows[t.id], why)
-        return self.strategy or make_strategy(spec.sampler, self.study, self.mirror)
+        strategy = self.strategy or make_strategy(spec.sampler, self.study, self.mirror)
+        if isinstance(strategy, ModelStrategy):  # its decisions live in the store
+            strategy.keep_state_in(OptunaState(self.mirror.study))
+        return strategy
 
     def _state(self, leave_out: int | None = None) -> SearchState:
         # Stored rows of finished trials: they change only when a trial finishes.
@@ -420,6 +429,8 @@ class Tuner:
             if running:
                 state = dataclasses.replace(state, rows=[*state.rows, *running])
             cell = strategy.next_cell(state, config, measured)
+            if cell is None:
+                self._store_cancel(trial_id, config, strategy, measured)
             if cell is not None and not can_measure(
                 limits, (cell.workload, cell.concurrency), measured
             ):
@@ -443,6 +454,26 @@ class Tuner:
             )
         )
         self.reporter.trial_started(config)
+
+    def _store_cancel(
+        self,
+        trial_id: int,
+        config: EngineConfig,
+        strategy: Strategy,
+        measured: Sequence[Measurement],
+    ) -> None:
+        """The strategy stopped the engine because the evidence ruled its config out: store
+        the trial as ``cancelled`` with the reason now, not when the engine has stopped, so a
+        driver that dies in between leaves it cancelled (as an uninterrupted run ends it), not
+        interrupted. Only once every measurement of the engine is stored; ``_finish`` stores
+        the same again."""
+        why = strategy.cancel_reason(config)
+        run = self.inflight.get(trial_id)
+        if why is None or run is None or len(run.measurements) != len(measured):
+            return
+        self.store.finish_trial(
+            trial_id, state="cancelled", engine_seconds=run.engine_seconds, failure_reason=why
+        )
 
     def _handle(self, event: TrialEvent, strategy: Strategy) -> None:
         run = self.inflight.get(event.trial_id)

@@ -1,8 +1,9 @@
 """A resume reproduces the answer on both store backends (issue #33 item 1): ``study run
 --max-configs K`` then ``study resume`` ends with exactly the measurements and the stored
 answers of one uninterrupted run, for every K, on SQLite and on a real PostgreSQL server, with
-the model strategy (its close-call allowance counted from the store) and the grid sampler under
-a budget (its random state seeded from the stored trials)."""
+the model strategy (its close-call allowance counted from the store, its per-config decisions
+stored in the Optuna study) on a close-call study and on the recorded CPU sweep, and the grid
+sampler under a budget (its random state seeded from the stored trials)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from autotune.search.landscape_study import study_from_landscape
+from autotune.store import Store
 from autotune.testing.landscapes import write_rows
 from autotune.testing.resume import CLOSE_EVERYWHERE, run_in_steps
 
@@ -43,6 +45,24 @@ def test_run_and_resume_at_every_k_ends_as_one_run(
         got = run_in_steps(fresh_url(), data, str(land), [k])
         assert got == reference, f"--max-configs {k}"
     print(f"\n{configs} K values: {reference.count} measurements, {len(reference.answers)} answers")
+
+
+def test_the_recorded_sweep_resumed_at_every_k_ends_as_one_run(
+    fresh_url: Callable[[], str],
+) -> None:
+    """The model strategy on the recorded CPU sweep: every K from 1 to the configs the
+    uninterrupted run starts, and a run resumed after every single config."""
+    data = study_from_landscape(LLAMA, "llama", "model", 0)
+    url = fresh_url()
+    reference = run_in_steps(url, data, str(LLAMA), [])
+    store = Store(url)
+    started = len(store.trials(store.get_study("llama")))
+    store.dispose()
+    for k in range(1, started + 1):
+        got = run_in_steps(fresh_url(), data, str(LLAMA), [k])
+        assert got == reference, f"--max-configs {k}"
+    assert run_in_steps(fresh_url(), data, str(LLAMA), [1] * started) == reference
+    print(f"\n{started} K values: {reference.count} measurements, {reference.answers}")
 
 
 def test_a_budgeted_grid_resumed_proposes_the_same_configs(fresh_url: Callable[[], str]) -> None:
