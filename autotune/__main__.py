@@ -1,0 +1,5 @@
+"""``python -m autotune`` runs the command line, as the ``autotune`` entry point does."""
+
+from autotune.cli import main
+
+main()
