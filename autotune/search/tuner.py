@@ -638,7 +638,7 @@ class Tuner:
     def _prepare_workloads(self) -> list[PreparedWorkload]:
         study = self.study
         if study.landscape is not None:
-            from autotune.engine.landscape import digest
+            from autotune.engine.readers.landscape import digest
 
             d = digest(Path(study.landscape))
             return [

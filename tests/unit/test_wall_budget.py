@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from autotune import api
-from autotune.engine.landscape import LandscapePoint, write_landscape
+from autotune.engine.readers.landscape import LandscapePoint, write_landscape
 from autotune.search.tuner import WALL_BUDGET_STATUS
 from autotune.search.wall_budget import WallBudget, configs_bought
 from autotune.store import Store
