@@ -5,5 +5,6 @@
 ``bench_speculative.py``: :mod:`~autotune.engine.readers.sglang_bench`).
 
 A new reader of another tool's output is one module here that returns an ``ImportedSweep``, plus
-its name in ``autotune.search.imported_study``'s table of formats (docs/development.md).
+the tool's name in :mod:`~autotune.engine.readers.imported` and its option through
+``autotune.search.imported_study``, the API and the CLI (docs/development.md lists the files).
 """
