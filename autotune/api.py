@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from autotune.report.study import StudyReport
     from autotune.search.imported_study import Imported
     from autotune.search.preflight import Preflight
-    from autotune.search.tuner import Reporter, RunSummary
+    from autotune.search.reporting import Reporter, RunSummary
     from autotune.spec.context import BucketPick
     from autotune.spec.slo import SLO
     from autotune.store import Store, StudyRecord, TrialRecord

@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from autotune.engine._base import EngineConfig, MeasureSettings
     from autotune.engine.resolution import engine_facts
-    from autotune.engine.vllm import VLLMEngine
+    from autotune.engine.vllm.engine import VLLMEngine
     from autotune.spec.loader import resolve_study, validate
     from autotune.spec.study import StudySpec
     from autotune.verify.run import prepare_study_workload

@@ -18,7 +18,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from autotune.engine.landscape import read_landscape
+from autotune.engine.readers.landscape import read_landscape
 from autotune.perf.prefix import PrefixRatio, Run, fit_prefix_ratios
 from autotune.spec.methods import METHODS
 

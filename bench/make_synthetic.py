@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from autotune.engine.landscape import LandscapePoint, read_landscape, write_landscape
+from autotune.engine.readers.landscape import LandscapePoint, read_landscape, write_landscape
 
 ROCM_DFLASH = (
     "AMD ROCm blog 'DFlash Speculative Decoding on AMD Instinct MI355X: Up to 5x Faster Qwen3.5 "

@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 from autotune.bench.search import available_strategies, grid_and_oracle, run_bench, summarize
-from autotune.engine.landscape import read_landscape
+from autotune.engine.readers.landscape import read_landscape
 
 HERE = Path(__file__).resolve().parent
 

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from autotune.engine.landscape import Config as LandscapeConfig
-from autotune.engine.landscape import LandscapePoint, read_landscape
+from autotune.engine.readers.landscape import Config as LandscapeConfig
+from autotune.engine.readers.landscape import LandscapePoint, read_landscape
 from autotune.errors import SpecError
 from autotune.search.landscape_study import study_from_landscape
 from autotune.search.samplers import SAMPLERS

@@ -5,7 +5,7 @@ ETA, best so far); off a terminal (a pipe, ``make demo > log 2>&1``, CI) one flu
 finished engine config, because a redrawn bar in a file is one frozen frame. ``--quiet`` and
 ``--no-progress`` pick a quieter reporter.
 
-Each class implements the tuner's reporter protocol (:class:`autotune.search.tuner.Reporter`):
+Each class implements the tuner's reporter protocol (:class:`autotune.search.reporting.Reporter`):
 ``begin``, ``trial_started``, ``measured``, ``trial_finished``, ``end``, plus ``planned(total)``
 for when the strategy's plan grows or shrinks; a tuner that never calls it still works.
 """
@@ -19,7 +19,7 @@ from collections import defaultdict
 from typing import Any, TextIO
 
 from autotune.engine._base import EngineConfig, Measurement
-from autotune.search.tuner import SilentReporter
+from autotune.search.reporting import SilentReporter
 from autotune.spec.labels import PLAIN, Labels
 
 

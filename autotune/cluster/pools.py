@@ -53,7 +53,7 @@ def pool_factory(
     kind: str = engine.kind
     options: dict[str, Any] = {}
     if isinstance(engine, VLLMEngineSpec) and engine.client == "server":
-        kind = "vllm-serve"  # autotune.engine.serve: vllm serve + vllm bench serve
+        kind = "vllm-serve"  # autotune.engine.server: vllm serve + vllm bench serve
     if isinstance(engine, ReplayEngineSpec):
         landscape = Path(resolved.landscape or engine.landscape)
         options = {"landscape": str(landscape), "seed": resolved.spec.seed}

@@ -53,9 +53,9 @@ class BucketStats:
 
 def token_counter(tokenizer: Any, chat_template: bool) -> Callable[[str], int]:
     """Prompt tokens of a prompt text exactly as the engine sends it: chat-templated token ids
-    (``autotune.engine.vllm.render_prompts``) when the workload asks for the template and the
+    (``autotune.engine.vllm.args.render_prompts``) when the workload asks for the template and the
     tokenizer has one, else the text as vLLM tokenizes it (special tokens added)."""
-    from autotune.engine.vllm import render_prompts
+    from autotune.engine.vllm.args import render_prompts
 
     def count(text: str) -> int:
         one = PreparedWorkload("", "", (Prompt(text, 1),), chat_template=chat_template)

@@ -35,11 +35,11 @@ __all__ = [
 def create_engine(kind: str, **options: object) -> Engine:
     """Instantiate the backend ``kind`` ("vllm", "vllm-serve" or "replay") with its options."""
     if kind == "vllm":
-        from autotune.engine.vllm import VLLMEngine
+        from autotune.engine.vllm.engine import VLLMEngine
 
         return VLLMEngine(**options)  # type: ignore[arg-type]
     if kind == "vllm-serve":
-        from autotune.engine.serve import VLLMServeEngine
+        from autotune.engine.server.engine import VLLMServeEngine
 
         return VLLMServeEngine(**options)  # type: ignore[arg-type]
     if kind == "replay":

@@ -1,5 +1,5 @@
 """The ``vllm serve`` command line that starts an engine config: what a recommendation prints
-and what the ``vllm-serve`` backend (:mod:`autotune.engine.serve`) runs, one rendering for both."""
+and what the ``vllm-serve`` backend (:mod:`autotune.engine.server`) runs, one rendering for both."""
 
 from __future__ import annotations
 

@@ -39,7 +39,13 @@ from autotune.engine._base import (
     MeasureSettings,
     PreparedWorkload,
 )
-from autotune.engine.landscape import Config, LandscapePoint, digest, has_params, read_landscape
+from autotune.engine.readers.landscape import (
+    Config,
+    LandscapePoint,
+    digest,
+    has_params,
+    read_landscape,
+)
 from autotune.errors import EngineError
 from autotune.spec.knobs import params_key
 

@@ -20,8 +20,8 @@ def engine_facts(platform: str | None = None) -> EngineFacts:
     """What autotune's vLLM engine and this host tell a study's resolution. ``platform``
     stands in for the host's (``AUTOTUNE_PLATFORM`` does the same from the environment)."""
     from autotune.engine.platform import detected_device_key, gpu_runtime
-    from autotune.engine.vllm import RESERVED_ENGINE_ARGS
-    from autotune.engine.vllm_checks import vllm_engine_arg_names, vllm_env_names
+    from autotune.engine.vllm.args import RESERVED_ENGINE_ARGS
+    from autotune.engine.vllm.checks import vllm_engine_arg_names, vllm_env_names
 
     return EngineFacts(
         platform=platform or gpu_runtime(),
@@ -39,7 +39,7 @@ def check_study(resolved: ResolvedStudy, source: str) -> None:
     engine = resolved.spec.engine
     if engine.kind != "replay":
         return
-    from autotune.engine.landscape import read_landscape
+    from autotune.engine.readers.landscape import read_landscape
 
     # The path as the study file gives it: the reader's errors name the file so.
     recorded = {p.workload for p in read_landscape(landscape_path(engine.landscape, source))}

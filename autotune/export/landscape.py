@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 def export_landscape(store: Store, study: str, path: Path) -> int:
     """Write a study's measurements as a landscape CSV, so a real sweep can be replayed."""
-    from autotune.engine.landscape import LandscapePoint, write_landscape
+    from autotune.engine.readers.landscape import LandscapePoint, write_landscape
     from autotune.spec.knobs import knob_params
 
     record = store.get_study(study)

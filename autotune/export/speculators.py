@@ -41,7 +41,7 @@ from autotune.errors import NoResultError, SpecError
 
 if TYPE_CHECKING:
     from autotune.engine._base import PreparedWorkload
-    from autotune.engine.generate import Generation
+    from autotune.engine.vllm.generate import Generation
     from autotune.spec.loader import ResolvedStudy
 
 SPECULATORS_REPO = "https://github.com/vllm-project/speculators"
@@ -149,10 +149,10 @@ def _metadata(study: str, prepared: PreparedWorkload, i: int, max_tokens: int) -
 
 def generate_responses(resolved: ResolvedStudy, prepared: PreparedWorkload) -> list[Generation]:
     """The study's target's greedy responses to ``prepared``, started through the engine layer
-    (:func:`autotune.engine.generate.generate_greedy`) with the study's engine args, TP and
+    (:func:`autotune.engine.vllm.generate.generate_greedy`) with the study's engine args, TP and
     environment, without a speculative config."""
     from autotune.engine._base import EngineConfig
-    from autotune.engine.generate import generate_greedy
+    from autotune.engine.vllm.generate import generate_greedy
 
     config = EngineConfig(
         model=resolved.model,

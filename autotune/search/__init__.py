@@ -2,10 +2,11 @@
 (Optuna's samplers, the model-guided search), and the tuner loop."""
 
 from autotune.search.model_strategy import ModelStrategy
+from autotune.search.reporting import Reporter, RunSummary, SilentReporter
 from autotune.search.samplers import SAMPLERS, OptunaMirror, OptunaStrategy, make_sampler
 from autotune.search.space import Option, SearchSpace
 from autotune.search.strategy import SearchState, Strategy
-from autotune.search.tuner import Reporter, RunSummary, SilentReporter, Tuner
+from autotune.search.tuner import Tuner
 
 __all__ = [
     "SAMPLERS",

@@ -2,9 +2,10 @@
 (engine kind ``imported``: one complete trial per engine config, its runs as measurements) or a
 landscape CSV, so ``recommend``, ``report`` and ``recommend --format dsd`` work on it.
 
-The readers are :mod:`autotune.engine.vllm_sweep` and :mod:`autotune.engine.sglang_bench`. Every
-input is read and checked, and the study resolved against the catalog, before anything is
-written; bad input is one SpecError naming the file and field (exit 2).
+The readers are :mod:`autotune.engine.readers.vllm_sweep` and
+:mod:`autotune.engine.readers.sglang_bench`. Every input is read and checked, and the study
+resolved against the catalog, before anything is written; bad input is one SpecError naming the
+file and field (exit 2).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from autotune.engine.imported import SGLANG_BENCH, ImportedSweep
+from autotune.engine.readers.imported import SGLANG_BENCH, ImportedSweep
 from autotune.errors import SpecError
 from autotune.search.landscape_study import _model_name, method_entries
 from autotune.spec.methods import BASELINE
@@ -53,10 +54,10 @@ def read_sweep(
                 "--method and --draft go with --sglang-bench (a vLLM sweep records its "
                 "--speculative-config)"
             )
-        from autotune.engine.vllm_sweep import read_vllm_sweep
+        from autotune.engine.readers.vllm_sweep import read_vllm_sweep
 
         return read_vllm_sweep(vllm_sweep, workload=workload, model=model)
-    from autotune.engine.sglang_bench import read_sglang_bench
+    from autotune.engine.readers.sglang_bench import read_sglang_bench
 
     assert sglang_bench is not None
     if method is None:
@@ -132,7 +133,7 @@ def import_sweep(
             raise SpecError(
                 "exists; pass --force to overwrite it (nothing written)", source=str(landscape)
             )
-        from autotune.engine.landscape import write_landscape
+        from autotune.engine.readers.landscape import write_landscape
 
         return Imported(
             sweep, landscape=landscape, rows=write_landscape(landscape, sweep.landscape_points())

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from autotune.engine.landscape import read_landscape
+from autotune.engine.readers.landscape import read_landscape
 from autotune.errors import SpecError
 from autotune.spec.knobs import params_key
 

@@ -524,7 +524,7 @@ def _estimate(
 def _landscape_hours(path: Path, study: ResolvedStudy, rest: Sequence[Any]) -> tuple[float, str]:
     """A replay's engine-hours: each config's recorded start plus its levels' recorded
     measurement times x the study's repeats."""
-    from autotune.engine.landscape import read_landscape
+    from autotune.engine.readers.landscape import read_landscape
     from autotune.spec.knobs import params_key
 
     points = read_landscape(path)

@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING
 
 import optuna
 
-from autotune.search.tuner import Reporter, RunSummary, Tuner
+from autotune.search.reporting import Reporter, RunSummary
+from autotune.search.tuner import Tuner
 
 if TYPE_CHECKING:
     from autotune.cluster.pools import PoolFactory

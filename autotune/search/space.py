@@ -111,13 +111,13 @@ class SearchSpace:
 def validate_study(resolved: ResolvedStudy, source: str) -> None:
     """Refuse a study the engine would refuse, before anything is stored: a replay study whose
     landscape lacks its workloads (:func:`autotune.engine.resolution.check_study`), configs
-    vLLM's ``SpeculativeConfig`` would refuse (:func:`autotune.engine.vllm_checks.check_configs`).
+    vLLM's ``SpeculativeConfig`` would refuse (:func:`autotune.engine.vllm.checks.check_configs`).
     Runs at ``study create`` so that read-only commands never import vLLM."""
     from autotune.engine.resolution import check_study
 
     check_study(resolved, source)
     if resolved.spec.engine.kind == "replay":
         return  # a replayed landscape never starts an engine: nothing for vLLM to refuse
-    from autotune.engine.vllm_checks import check_configs
+    from autotune.engine.vllm.checks import check_configs
 
     check_configs(SearchSpace(resolved).configs(), source)

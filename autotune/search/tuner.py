@@ -38,8 +38,7 @@ import functools
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from autotune.cluster.jobs import (
     Cell,
@@ -55,13 +54,13 @@ from autotune.engine._base import (
     EngineInfo,
     Measurement,
     MeasureSettings,
-    PreparedWorkload,
 )
-from autotune.errors import SpecError, StoreError
+from autotune.errors import StoreError
 from autotune.evidence.objectives import level_medians, study_objective
 from autotune.search.confirm import CONFIRM, Budget, Confirmer, Step, confirm_cell
 from autotune.search.model_strategy import ModelStrategy, OptunaState
 from autotune.search.objective import metric_name, objective_unit
+from autotune.search.reporting import Reporter, RunSummary, SilentReporter
 from autotune.search.samplers import (
     OptunaMirror,
     OptunaStrategy,
@@ -79,93 +78,12 @@ from autotune.search.strategy import (
     repeat_limits,
     short_of_repeats,
 )
-from autotune.search.wall_budget import WallBudget
+from autotune.search.wall_budget import WALL_BUDGET_STATUS, WallBudget
+from autotune.search.workloads import prepare_workloads
 from autotune.spec.labels import Labels
 from autotune.spec.loader import ResolvedStudy
 from autotune.spec.methods import BASELINE, config_id
 from autotune.store import FINISHED_STATES, MeasurementRecord, Store, StudyRecord
-
-
-class Reporter(Protocol):
-    """Progress callbacks (the CLI draws a rich progress bar from them)."""
-
-    def begin(self, total_configs: int, done_configs: int) -> None: ...
-
-    def planned(self, total_configs: int) -> None:
-        """The strategy's plan changed: it now expects ``total_configs`` engine configs."""
-        ...
-
-    def trial_started(self, config: EngineConfig) -> None: ...
-
-    def measured(self, config: EngineConfig, m: Measurement) -> None: ...
-
-    def trial_finished(
-        self, config: EngineConfig, value: float | None, reason: str | None, best: str | None
-    ) -> None: ...
-
-    def end(self) -> None: ...
-
-
-class SilentReporter:
-    def begin(self, total_configs: int, done_configs: int) -> None:
-        pass
-
-    def planned(self, total_configs: int) -> None:
-        pass
-
-    def trial_started(self, config: EngineConfig) -> None:
-        pass
-
-    def measured(self, config: EngineConfig, m: Measurement) -> None:
-        pass
-
-    def trial_finished(
-        self, config: EngineConfig, value: float | None, reason: str | None, best: str | None
-    ) -> None:
-        pass
-
-    def end(self) -> None:
-        pass
-
-
-@dataclass
-class RunSummary:
-    """What one `study run` did."""
-
-    trials_started: int = 0
-    trials_run: int = 0
-    trials_failed: int = 0
-    trials_skipped: int = 0
-    measurements: int = 0
-    engine_seconds: float = 0.0
-    stop_reason: str = ""
-    failures: list[tuple[str, str]] = field(default_factory=list)
-    baseline_failure: str | None = None
-    """Why the baseline could not start (this run or an earlier one): the run then stops, as
-    every other config would fail the same way or have nothing to be compared with."""
-    confirm_starts: int = 0
-    confirm_engine_seconds: float = 0.0
-    confirm_wall_s: float = 0.0
-    """This run's confirmation starts (:mod:`autotune.search.confirm`) and what they cost."""
-    confirm_note: str = ""
-    """What confirmation found and cost, one line ("" when off)."""
-    replay_note: str = ""
-    """On a replay: the ``repeats`` it cannot honour (:func:`short_of_repeats`; "" when none)."""
-    wall_seconds: float = 0.0
-    """The run's wall time, from its start to its last config's end."""
-    startup_s: float | None = None
-    """The run's one-time start-up (Ray, model builds, the first actor): the first finished
-    config's wall time beyond its engine time (None: no config finished)."""
-    wall_spent: str = ""
-    """When the wall budget stopped the run: the time elapsed at that decision, as the stop
-    reason shows it (``5.6 min``; autotune.search.wall_budget)."""
-    unmeasured: int | None = None
-    """When the wall budget stopped the run: the engine configs still to start (those the
-    strategy plans and the drift check's second baseline run), which ``study resume`` starts."""
-
-
-WALL_BUDGET_STATUS = "stopped: wall budget"
-"""The study's status after its wall budget (``budget.max_wall_minutes``) stopped a run."""
 
 
 @dataclass
@@ -304,6 +222,11 @@ class Tuner:
                     # a resume reopens them and measures only their missing cells.
                     self.store.abandon_running_trials(self.record)
                 self.store.set_study_status(self.record.name, final)
+        return self._summarize(stop, strategy)
+
+    def _summarize(self, stop: str, strategy: Strategy) -> RunSummary:
+        """The run's summary, completed once the loop ended: why it stopped, what confirmation
+        and the wall clock spent, and the repeated proposals an Optuna sampler made."""
         self.summary.stop_reason = stop
         self.summary.confirm_starts = self.confirmer.starts
         self.summary.confirm_engine_seconds = self.confirmer.engine_seconds
@@ -586,7 +509,7 @@ class Tuner:
         m = self.study.spec.measurement
         return functools.partial(
             TrialJob,
-            workloads=self._prepare_workloads(),
+            workloads=prepare_workloads(self.study, self._prepare, self.record.name),
             cells=plan_cells(self.study),
             settings=MeasureSettings.of(m),
             warmup_requests=m.warmup_requests,
@@ -634,38 +557,3 @@ class Tuner:
             and not (base.key() in self.done and self.done[base.key()] is None)  # failed
         )
         return max(0, planned - len(self.done)) + int(drift) + self.confirmer.left()
-
-    def _prepare_workloads(self) -> list[PreparedWorkload]:
-        study = self.study
-        if study.landscape is not None:
-            from autotune.engine.landscape import digest
-
-            d = digest(Path(study.landscape))
-            return [
-                PreparedWorkload(name=w, digest=f"landscape:{d}:{w}", prompts=())
-                for w in study.spec.workloads
-            ]
-        prepare = self._prepare
-        if prepare is None:
-            from autotune.datasets import prepare as prepare_fn
-
-            prepare = prepare_fn
-        if not study.spec.context_lengths:
-            return [prepare(*study.measured_workload(name)) for name in study.workloads]
-        from autotune.datasets.context import load_target_tokenizer, prepare_measured
-
-        tokenizer = load_target_tokenizer(study)
-        out = []
-        for name in study.measured_names():
-            prepared, _ = prepare_measured(study, name, tokenizer)
-            built = study.context_buckets.get(name)
-            if built is not None and built.digest != prepared.digest:
-                raise SpecError(
-                    f"context bucket {name}'s prompts differ from the ones built at study "
-                    "create (the workload's source or the target's tokenizer changed); create "
-                    "the study again (autotune study create FILE --replace)",
-                    source=self.record.name,
-                    field="context_lengths",
-                )
-            out.append(prepared)
-        return out

@@ -32,6 +32,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+WALL_BUDGET_STATUS = "stopped: wall budget"
+"""The study's status after its wall budget (``budget.max_wall_minutes``) stopped a run."""
+
 
 @dataclass
 class WallBudget:

@@ -6,7 +6,7 @@ values to search (``params: {prompt_lookup_min: [1, 2, 3], prompt_lookup_max: 5}
 combination of the listed values is one *variant* of the method, which the search treats as an
 option of its own. The rules here are the ones vLLM applies (or documents) for each knob; each
 names its source so that it can be re-checked against a newer vLLM. Type checks beyond these are
-vLLM's own: ``autotune.engine.vllm_checks`` validates every variant against ``SpeculativeConfig``
+vLLM's own: ``autotune.engine.vllm.checks`` validates every variant against ``SpeculativeConfig``
 at ``study create``.
 """
 

@@ -1,5 +1,5 @@
 """Landscape builders for tests: hand-chosen sweeps written through the engine's own writer
-(:func:`autotune.engine.landscape.write_landscape`), so a test landscape is always one the
+(:func:`autotune.engine.readers.landscape.write_landscape`), so a test landscape is always one the
 reader accepts and no test carries a CSV writer of its own.
 
 A sweep is given as rows, one per (config, level): ``(method, N, concurrency, tok/s per
@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from autotune.engine.landscape import LandscapePoint, write_landscape
+from autotune.engine.readers.landscape import LandscapePoint, write_landscape
 
 Row = tuple[Any, ...]
 """``(method, N, concurrency, tok/s per repeat, acceptance per position[, engine_start_s,

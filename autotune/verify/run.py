@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.engine._base import EngineConfig, MeasureSettings, PreparedWorkload
-from autotune.engine.vllm_checks import imported_vllm_version
+from autotune.engine.vllm.checks import imported_vllm_version
 from autotune.errors import NoResultError, SpecError
 from autotune.spec.labels import OFF_PROSE
 from autotune.spec.loader import ResolvedStudy
@@ -115,7 +115,7 @@ def plan_fixed(rec: Any, trials: Sequence[TrialRecord], seed: int) -> Plan:
 def plan_dsd(rec: Any, trials: Sequence[TrialRecord], seed: int) -> Plan:
     """The Dynamic SD table vs the best fixed N. The study's number for the table at a level is
     that of the fixed config the table runs there (its N, or the baseline where N is 0)."""
-    from autotune.engine.vllm import resolve_ref
+    from autotune.engine.vllm.args import resolve_ref
     from autotune.recommend.render import dsd_config
     from autotune.verify.server import engine_kwargs
 

@@ -1,5 +1,5 @@
 """The verification's use of ``vllm serve`` and ``vllm bench serve``: the plumbing lives in
-:mod:`autotune.engine.serve` (the server-path engine backend uses it too); this adds the
+:mod:`autotune.engine.server` (the server-path engine backend uses it too); this adds the
 per-run summary the verification compares and its scratch folder."""
 
 from __future__ import annotations
@@ -9,15 +9,8 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from autotune.engine.serve import (
-    Server,
-    bench_argv,
-    engine_kwargs,
-    free_port,
-    requests_file,
-    run_bench,
-    server_argv,
-)
+from autotune.engine.server.bench import bench_argv, requests_file, run_bench
+from autotune.engine.server.process import Server, engine_kwargs, free_port, server_argv
 from autotune.verify.compare import ServerRun, parse_bench_result
 
 __all__ = [

@@ -138,7 +138,7 @@ def vllm_engine(tiny_llama: Path) -> Iterator[Started]:
     """The baseline of ``tiny_llama`` in this process, warm, shared by the tests that use it
     (run one after the other, first: :func:`pytest_collection_modifyitems`)."""
     from autotune.engine import EngineConfig
-    from autotune.engine.vllm import VLLMEngine
+    from autotune.engine.vllm.engine import VLLMEngine
     from autotune.testing.engine_contract import check_started, check_stopped
     from autotune.testing.workloads import code_prompts, prepared
 
@@ -185,7 +185,7 @@ def serve_engine(
 ) -> Iterator[Started]:
     """`vllm serve` (loopback) of the deploy study's n-gram N=2 engine, started by the
     ``vllm-serve`` backend exactly as ``autotune verify`` and a served study start it."""
-    from autotune.engine.serve import VLLMServeEngine
+    from autotune.engine.server.engine import VLLMServeEngine
     from autotune.testing.engine_contract import check_started, check_stopped
     from autotune.testing.workloads import code_prompts, prepared
     from autotune.verify.run import engine_config
@@ -207,7 +207,7 @@ def serve_engine(
 
 @pytest.fixture(scope="session")
 def ngram_server(serve_engine: Started) -> Any:
-    """The :class:`autotune.engine.serve.Server` of ``serve_engine``."""
+    """The :class:`autotune.engine.server.process.Server` of ``serve_engine``."""
     server = serve_engine.engine._server
     assert server is not None
     return server

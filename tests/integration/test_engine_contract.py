@@ -49,7 +49,7 @@ def _replay(request: pytest.FixtureRequest) -> contract.Backend:
 
 
 def _vllm(request: pytest.FixtureRequest) -> contract.Backend:
-    from autotune.engine.vllm import VLLMEngine
+    from autotune.engine.vllm.engine import VLLMEngine
 
     shared = request.getfixturevalue("vllm_engine")
     tiny_llama: Path = request.getfixturevalue("tiny_llama")
@@ -77,7 +77,7 @@ def _vllm(request: pytest.FixtureRequest) -> contract.Backend:
 
 
 def _vllm_serve(request: pytest.FixtureRequest) -> contract.Backend:
-    from autotune.engine.serve import VLLMServeEngine
+    from autotune.engine.server.engine import VLLMServeEngine
 
     shared = request.getfixturevalue("serve_engine")
     # `vllm serve` is refused before it starts: a protocol engine arg the study may not set

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from autotune.engine.serve import bench_argv, requests_file, run_bench
+from autotune.engine.server.bench import bench_argv, requests_file, run_bench
 from autotune.observe.run import observe
 from autotune.spec.loader import ResolvedStudy
 from autotune.verify.run import prepare_study_workload

@@ -48,7 +48,7 @@ SCRIPT = """
 import json, sys
 from autotune.engine import EngineConfig
 from autotune.engine._base import MeasureSettings, Prompt, PreparedWorkload
-from autotune.engine.vllm import VLLMEngine
+from autotune.engine.vllm.engine import VLLMEngine
 
 if __name__ == "__main__":  # vLLM spawns its engine core: the script is re-imported
 

@@ -19,8 +19,9 @@ import numpy as np
 import pytest
 
 from autotune.engine._base import EngineConfig, MeasureSettings
-from autotune.engine.vllm import CPU_KV_CACHE_BYTES, VLLMEngine, build_engine_kwargs
-from autotune.engine.vllm_failures import one_line_reason
+from autotune.engine.vllm.args import CPU_KV_CACHE_BYTES, build_engine_kwargs
+from autotune.engine.vllm.engine import VLLMEngine
+from autotune.engine.vllm.failures import one_line_reason
 from autotune.errors import EngineError
 from autotune.testing.workloads import code_prompts, prepared
 

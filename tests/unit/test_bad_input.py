@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from autotune.engine.landscape import COLUMNS
+from autotune.engine.readers.landscape import COLUMNS
 from autotune.testing.studies import store_digest
 
 REPO = Path(__file__).resolve().parents[2]

@@ -22,7 +22,7 @@ from autotune.bench.search import (
     time_to_target,
 )
 from autotune.cli.bench import bench
-from autotune.engine.landscape import read_landscape
+from autotune.engine.readers.landscape import read_landscape
 from autotune.store import Store
 from autotune.testing.landscapes import write_rows
 

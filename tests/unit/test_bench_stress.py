@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from autotune.bench.search import landscape_truth
-from autotune.engine.landscape import read_landscape
+from autotune.engine.readers.landscape import read_landscape
 
 REPO = Path(__file__).resolve().parents[2]
 

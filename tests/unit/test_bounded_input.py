@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from autotune.engine.landscape import COLUMNS
+from autotune.engine.readers.landscape import COLUMNS
 from autotune.testing.studies import store_digest
 
 REPO = Path(__file__).resolve().parents[2]
@@ -616,7 +616,7 @@ def test_good_config_passes_the_checks() -> None:
 @pytest.mark.vllm  # reads vLLM's own code
 def test_safe_env_passes_without_consent() -> None:
     from autotune.engine.resolution import engine_facts
-    from autotune.engine.vllm_checks import vllm_env_names
+    from autotune.engine.vllm.checks import vllm_env_names
     from autotune.spec.consent import check_env, safe_env
 
     vllm = engine_facts()

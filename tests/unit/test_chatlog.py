@@ -356,7 +356,7 @@ def test_the_server_path_sends_the_rendered_history(tmp_path: Path) -> None:
     prompts are written already rendered by the target's template, and the benchmark skips
     its own: the server gets the same text the harness renders."""
     from autotune.engine import default_tokenizer
-    from autotune.engine.serve import prerendered, requests_file
+    from autotune.engine.server.bench import prerendered, requests_file
 
     tok = default_tokenizer()
     assert tok is not None and tok.chat_template

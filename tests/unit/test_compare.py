@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from autotune import api
-from autotune.engine.landscape import read_landscape
+from autotune.engine.readers.landscape import read_landscape
 from autotune.recommend.compare import Change
 from autotune.search.landscape_study import study_from_landscape
 from autotune.store import Store

@@ -198,7 +198,7 @@ NGRAM_ACCEPTANCE = (0.7, 0.5, 0.3)
 
 
 def _bucket_landscape(path: Path) -> Path:
-    from autotune.engine.landscape import LandscapePoint, write_landscape
+    from autotune.engine.readers.landscape import LandscapePoint, write_landscape
 
     points = [
         LandscapePoint(

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from autotune.engine.counters import (
+from autotune.engine.vllm.counters import (
     ACCEPTED_PER_POS,
     GENERATION_TOKENS,
     NUM_ACCEPTED_TOKENS,

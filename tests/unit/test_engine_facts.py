@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from autotune.engine.resolution import engine_facts
-from autotune.engine.vllm import RESERVED_ENGINE_ARGS
+from autotune.engine.vllm.args import RESERVED_ENGINE_ARGS
 from autotune.errors import SpecError
 from autotune.spec.engine_facts import EngineFacts
 from autotune.spec.loader import ResolvedStudy, resolve_study, validate

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from autotune import api
-from autotune.engine.landscape import LATENCY_COLUMNS, read_landscape
+from autotune.engine.readers.landscape import LATENCY_COLUMNS, read_landscape
 from autotune.search.landscape_study import study_from_landscape
 from autotune.store import Store
 

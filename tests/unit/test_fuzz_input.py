@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from autotune.engine.landscape import COLUMNS
+from autotune.engine.readers.landscape import COLUMNS
 from autotune.testing.studies import store_digest
 
 pytestmark = pytest.mark.timeout(600)

@@ -28,6 +28,14 @@ HOMES = {
     "optuna": {"search", "store"},
 }
 
+VLLM_HOMES_IN_ENGINE = ("autotune.engine.vllm", "autotune.engine.server")
+"""Inside engine/, the subpackages that import vLLM: the backend and the server path. Besides
+them only the reader of vLLM's own sweep output (``readers.vllm_sweep``, which loads it with
+vLLM's plot code) does; the Engine interface, the generic measurement pieces, ``replay`` and the
+other readers never do."""
+
+VLLM_READERS = {"autotune.engine.readers.vllm_sweep"}
+
 KNOWN_PAIRS: set[tuple[str, str]] = set()
 """Pairs of subpackages allowed to import each other: none (the last, engine and spec, went in
 issue #19: resolution is given the engine's facts, autotune.spec.engine_facts)."""
@@ -181,6 +189,19 @@ def test_each_heavy_dependency_is_imported_in_its_home_only():
     for package, home in HOMES.items():
         assert users[package] <= home, (package, sorted(users[package] - home))
     assert users["vllm"] == {"engine"}  # and vLLM is really used there
+
+
+def test_inside_the_engine_vllm_is_imported_by_the_vllm_backend_and_the_server_path_only():
+    _, third = _graph()
+    users = {module for module, packages in third.items() if "vllm" in packages}
+    outside = {
+        m
+        for m in users
+        if not any(m == home or m.startswith(home + ".") for home in VLLM_HOMES_IN_ENGINE)
+    }
+    assert outside == VLLM_READERS, sorted(outside ^ VLLM_READERS)
+    for home in VLLM_HOMES_IN_ENGINE:  # and each home really uses it
+        assert any(m.startswith(home + ".") for m in users), home
 
 
 def test_no_new_pair_of_subpackages_imports_each_other():

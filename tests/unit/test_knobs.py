@@ -14,7 +14,12 @@ import pytest
 
 from autotune import api
 from autotune.bench.search import landscape_truth, run_strategy, study_from_landscape
-from autotune.engine.landscape import COLUMNS, LandscapePoint, read_landscape, write_landscape
+from autotune.engine.readers.landscape import (
+    COLUMNS,
+    LandscapePoint,
+    read_landscape,
+    write_landscape,
+)
 from autotune.errors import SpecError
 from autotune.search.space import SearchSpace
 from autotune.spec.knobs import check_params, cpu_warnings, knob_params, variants
@@ -266,7 +271,7 @@ def test_listed_values_are_variants_of_the_method():
 @pytest.mark.vllm
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm is not installed")
 def test_every_variant_is_checked_against_vllms_speculative_config():
-    from autotune.engine.vllm_checks import check_speculative_config
+    from autotune.engine.vllm.checks import check_speculative_config
 
     space = SearchSpace(_resolved({"rejection_sample_method": ["standard", "block"]}))
     configs = [c.speculative_config() for c in space.configs() if not c.is_baseline]

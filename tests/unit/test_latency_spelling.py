@@ -1,7 +1,8 @@
 """One spelling per latency quantity: vLLM's (``p99_tpot_ms``, ``median_ttft_ms``, ...).
 
-The SLO keys (``autotune.spec.slo``), the landscape columns (``autotune.engine.landscape``), the
-store's columns (``autotune.store.migrations``, schema 6) and the report's CSV columns
+The SLO keys (``autotune.spec.slo``), the landscape columns
+(``autotune.engine.readers.landscape``), the store's columns (``autotune.store.migrations``, schema
+6) and the report's CSV columns
 (``autotune.report.frames``) use the keys vLLM's ``benchmarks/serve.py`` writes; the earlier
 spellings are read as aliases only.
 """
@@ -16,7 +17,7 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from autotune.engine import EngineConfig, EngineInfo, Measurement
-from autotune.engine.landscape import LATENCY_COLUMNS, read_landscape
+from autotune.engine.readers.landscape import LATENCY_COLUMNS, read_landscape
 from autotune.errors import SpecError
 from autotune.report.frames import _TRAILING as REPORT_COLUMNS
 from autotune.spec.loader import load_study_file

@@ -24,7 +24,7 @@ def test_tiny_refs_resolve_in_a_process_that_never_imported_testing():
     (the recipes run in a child process of their own)."""
     code = (
         "import sys\n"
-        "from autotune.engine.vllm import resolve_ref\n"
+        "from autotune.engine.vllm.args import resolve_ref\n"
         "print(resolve_ref('tiny:llama'))\n"
         "print('autotune.testing' in sys.modules)\n"
     )

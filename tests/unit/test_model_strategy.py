@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from autotune import api
-from autotune.engine.landscape import LandscapePoint, read_landscape, write_landscape
+from autotune.engine.readers.landscape import LandscapePoint, read_landscape, write_landscape
 from autotune.search.landscape_study import study_from_landscape
 from autotune.search.model_strategy import _Run, _step_floor, prior_anchor_n
 from autotune.spec.catalog import AcceptanceCurve, acceptance_curves

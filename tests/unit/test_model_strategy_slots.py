@@ -13,7 +13,7 @@ from pathlib import Path
 
 from autotune import api
 from autotune.cluster.virtual import VirtualPool
-from autotune.engine.landscape import LandscapePoint, write_landscape
+from autotune.engine.readers.landscape import LandscapePoint, write_landscape
 from autotune.engine.replay import ReplayEngine
 from autotune.search.landscape_study import study_from_landscape
 from autotune.search.model_strategy import ModelStrategy

@@ -153,7 +153,7 @@ def test_dry_run_of_a_replay_study_estimates_from_the_recorded_times(
     # The recorded cost of every config: its median start + its levels' median times x repeats.
     from statistics import median
 
-    from autotune.engine.landscape import read_landscape
+    from autotune.engine.readers.landscape import read_landscape
 
     points = read_landscape(land)
     configs = {(p.method, p.draft, p.num_speculative_tokens) for p in points}

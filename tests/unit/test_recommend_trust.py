@@ -287,7 +287,7 @@ def test_study_create_validates_against_vllm(tmp_path):
     """vLLM's verdict is taken at create, for every config of a real-engine study (and the
     Dynamic SD field `--format dsd` adds), so recommend never needs vLLM."""
     pytest.importorskip("vllm")
-    from autotune.engine.vllm_checks import check_speculative_config
+    from autotune.engine.vllm.checks import check_speculative_config
     from autotune.search.space import validate_study
     from autotune.spec.loader import load_study_file, resolve_study
 

@@ -9,7 +9,7 @@ import shlex
 
 import pytest
 
-from autotune.engine.vllm_checks import check_speculative_config
+from autotune.engine.vllm.checks import check_speculative_config
 from autotune.recommend import render
 from autotune.spec.methods import speculative_config
 

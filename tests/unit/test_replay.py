@@ -13,7 +13,7 @@ import pytest
 
 from autotune import api
 from autotune.engine._base import EngineConfig, MeasureSettings, PreparedWorkload
-from autotune.engine.landscape import read_landscape
+from autotune.engine.readers.landscape import read_landscape
 from autotune.engine.replay import ReplayEngine, recorded_repeats
 from autotune.errors import EngineError
 from autotune.store import Store

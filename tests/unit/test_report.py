@@ -17,7 +17,7 @@ from autotune import api
 from autotune.cli import cli
 from autotune.cli._common import Context, report_errors
 from autotune.cli.report import report
-from autotune.engine.landscape import LandscapePoint
+from autotune.engine.readers.landscape import LandscapePoint
 from autotune.evidence.scores import MAD_SCALE
 from autotune.recommend.choose import choose
 from autotune.report import (
@@ -447,8 +447,8 @@ def test_a_replayed_study_has_no_trade_off(filled):
 def test_report_shows_published_beside_measured_acceptance(tmp_path: Path):
     """A replayed study of a catalog model with a cited curve (Kimi-K2.5's eagle3, InferenceX):
     text, JSON and HTML show each N's published AL next to the measured one."""
-    from autotune.engine.landscape import LandscapePoint
-    from autotune.engine.landscape import write_landscape as write_points
+    from autotune.engine.readers.landscape import LandscapePoint
+    from autotune.engine.readers.landscape import write_landscape as write_points
     from autotune.search.landscape_study import study_from_landscape
 
     acc = (0.8, 0.6, 0.4)

@@ -12,7 +12,7 @@ from autotune import api
 from autotune.cluster.ray_pool import cpu_bind_groups
 from autotune.engine._base import EngineConfig, EngineInfo
 from autotune.engine.platform import device_key, visible_devices_env
-from autotune.engine.vllm import build_engine_kwargs
+from autotune.engine.vllm.args import build_engine_kwargs
 from autotune.errors import AutotuneError, EngineError
 from autotune.spec.catalog import tensor_parallel_for
 from autotune.store import Store

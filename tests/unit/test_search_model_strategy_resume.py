@@ -21,7 +21,8 @@ from autotune.engine._base import EngineConfig, Measurement
 from autotune.engine.replay import ReplayEngine
 from autotune.search.landscape_study import study_from_landscape
 from autotune.search.model_strategy import STATE_PREFIX, ModelStrategy
-from autotune.search.tuner import SilentReporter, Tuner
+from autotune.search.reporting import SilentReporter
+from autotune.search.tuner import Tuner
 from autotune.spec.loader import ResolvedStudy
 from autotune.store import Store
 from autotune.testing.landscapes import write_rows

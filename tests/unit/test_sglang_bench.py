@@ -1,5 +1,6 @@
-"""`autotune import --sglang-bench` (autotune.engine.sglang_bench): SGLang's bench_speculative.py
-JSONL into a study that recommend, report and --format dsd answer from; bad lines are one line
+"""`autotune import --sglang-bench` (autotune.engine.readers.sglang_bench): SGLang's
+bench_speculative.py JSONL into a study that recommend, report and --format dsd answer from; bad
+lines are one line
 naming the file and field, exit 2, nothing written.
 
 The fixture is built by hand from the keys the script writes (tests/data/README.md says so):
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from autotune.engine.sglang_bench import read_sglang_bench
+from autotune.engine.readers.sglang_bench import read_sglang_bench
 from autotune.errors import SpecError
 
 REPO = Path(__file__).resolve().parents[2]

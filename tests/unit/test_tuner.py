@@ -165,7 +165,7 @@ def test_optuna_mirrors_the_study(tmp_path: Path, store: Store, sampler: str):
 
 
 def test_export_roundtrip(tmp_path: Path, store: Store, autotune):
-    from autotune.engine.landscape import read_landscape
+    from autotune.engine.readers.landscape import read_landscape
 
     land = write_rows(tmp_path / "l.csv")
     api.create_study(store, data=replay_study(land), source=str(land))

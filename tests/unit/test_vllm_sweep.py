@@ -1,5 +1,6 @@
-"""`autotune import --vllm-sweep` (autotune.engine.vllm_sweep) on a real `vllm bench sweep serve`
-output made by vLLM 0.32.0's CPU build (tests/data/vllm-sweep, command in tests/data/README.md):
+"""`autotune import --vllm-sweep` (autotune.engine.readers.vllm_sweep) on a real
+`vllm bench sweep serve` output made by vLLM 0.32.0's CPU build (tests/data/vllm-sweep, command in
+tests/data/README.md):
 its runs map to configs, levels, repeats and measurements; recommend, report and --format dsd
 answer from the study; a landscape round-trips; bad input is one line, exit 2, nothing written."""
 
@@ -14,8 +15,8 @@ import pytest
 
 pytest.importorskip("vllm")  # the reader loads the files with vLLM's own sweep code
 
-from autotune.engine.landscape import read_landscape
-from autotune.engine.vllm_sweep import read_vllm_sweep
+from autotune.engine.readers.landscape import read_landscape
+from autotune.engine.readers.vllm_sweep import read_vllm_sweep
 
 pytestmark = pytest.mark.vllm
 

@@ -12,9 +12,8 @@ from pathlib import Path
 import pytest
 
 from autotune import api
-from autotune.engine.landscape import LandscapePoint, write_landscape
-from autotune.search.tuner import WALL_BUDGET_STATUS
-from autotune.search.wall_budget import WallBudget, configs_bought
+from autotune.engine.readers.landscape import LandscapePoint, write_landscape
+from autotune.search.wall_budget import WALL_BUDGET_STATUS, WallBudget, configs_bought
 from autotune.store import Store
 
 # Recorded: every engine starts in 40 s and measures a cell in 5 s. At a time scale of 0.02 a

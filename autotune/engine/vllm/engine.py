@@ -1,4 +1,5 @@
-"""The real backend: one vLLM ``AsyncLLM`` engine, measured with closed-loop streamed requests.
+"""The real backend: one vLLM ``AsyncLLM`` engine, measured with closed-loop streamed requests
+(the load generator: :mod:`autotune.engine.vllm.load`).
 
 The engine runs on a private asyncio event loop in a background thread owned by
 :class:`VLLMEngine`, so callers (the Ray actor) use plain blocking methods. vLLM is imported
@@ -13,7 +14,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -25,98 +26,26 @@ from autotune.engine._base import (
     MeasureSettings,
     PreparedWorkload,
 )
-from autotune.engine.counters import CounterDelta, CounterSnapshot, delta, read_snapshot
 from autotune.engine.degeneracy import degeneracy
 from autotune.engine.platform import detect_platform
 from autotune.engine.stats import RequestTiming, request_latencies_ms, summarize
-from autotune.engine.vllm_failures import StderrTail, one_line_reason
+from autotune.engine.vllm.args import build_engine_kwargs, render_prompts
+from autotune.engine.vllm.counters import CounterDelta, CounterSnapshot, delta, read_snapshot
+from autotune.engine.vllm.env import AppliedEnv
+from autotune.engine.vllm.failures import one_line_reason
+from autotune.engine.vllm.load import closed_loop
+from autotune.engine.vllm.stderr import StderrTail
 from autotune.errors import EngineError
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-GiB = 1 << 30
-
-RESERVED_ENGINE_ARGS: dict[str, str] = {
-    "model": "comes from the engine config's model",
-    "speculative_config": "comes from the engine config's method, draft and N",
-    "tensor_parallel_size": "comes from the engine config's tensor_parallel_size",
-    "enable_prefix_caching": "the measurement protocol turns prefix caching off",
-    "disable_log_stats": "the spec-decode counters need vLLM's stats",
-    "distributed_executor_backend": "a TP > 1 engine runs vLLM's mp executor inside its Ray "
-    "actor (see autotune.cluster.ray_pool)",
-}
-"""Engine args autotune sets itself: a user value would break the protocol or the config key."""
-
-CPU_DEFAULTS: dict[str, Any] = {
-    "dtype": "bfloat16",
-    "enforce_eager": True,
-    # On CPU this is the share of RAM vLLM may reserve; the KV cache size is set separately.
-    "gpu_memory_utilization": 0.3,
-}
-"""Engine args vLLM's CPU build needs on a shared machine, applied only where the user gave none."""
-
-CPU_KV_CACHE_BYTES = 1 * GiB
-"""CPU KV cache when neither ``kv_cache_memory_bytes`` nor ``VLLM_CPU_KVCACHE_SPACE`` is set."""
-
 COUNTER_SETTLE_S = 2.0
 """How long to wait for vLLM's last stats record of a run to land before calling it an error."""
 
 
-def resolve_ref(ref: str) -> str:
-    """Resolve a ``tiny:NAME`` model reference to a local checkpoint; other refs pass through."""
-    from autotune.engine.models import resolve_model
-
-    return resolve_model(ref)
-
-
-def build_engine_kwargs(
-    config: EngineConfig,
-    *,
-    platform: str,
-    seed: int = 0,
-    environ: Mapping[str, str] | None = None,
-    resolve: Callable[[str], str] = resolve_ref,
-) -> dict[str, Any]:
-    """The keyword arguments of ``AsyncEngineArgs`` for ``config``, exactly as ``vllm serve``
-    would get them with ``--speculative-config``, plus the protocol's fixed settings.
-
-    ``environ`` is the environment the engine will see (for ``VLLM_CPU_KVCACHE_SPACE``).
-    """
-    environ = os.environ if environ is None else environ
-    user = dict(config.engine_args)
-    for key, why in RESERVED_ENGINE_ARGS.items():
-        if key in user:
-            raise EngineError(f"engine_args.{key} cannot be set: {why}")
-    spec = config.speculative_config()
-    if spec is not None and isinstance(spec.get("model"), str):
-        spec = {**spec, "model": resolve(spec["model"])}
-    kwargs: dict[str, Any] = {
-        "model": resolve(config.model),
-        "speculative_config": spec,
-        "tensor_parallel_size": config.tensor_parallel_size,
-        "seed": seed,
-        "enable_prefix_caching": False,
-        "disable_log_stats": False,
-    }
-    if config.tensor_parallel_size > 1:
-        # Inside a Ray actor vLLM would otherwise choose its Ray executor whenever a placement
-        # group is current, and that executor rejects bundles of more than one GPU; the mp
-        # executor's workers inherit the actor's visible devices instead.
-        kwargs["distributed_executor_backend"] = "mp"
-    if platform == "cpu":
-        for key, value in CPU_DEFAULTS.items():
-            user.setdefault(key, value)
-        # vLLM's CPU build sizes its KV cache from VLLM_CPU_KVCACHE_SPACE when set; without it,
-        # pin the size through the engine arg instead of editing the process environment.
-        if "kv_cache_memory_bytes" not in user and not environ.get("VLLM_CPU_KVCACHE_SPACE"):
-            user["kv_cache_memory_bytes"] = CPU_KV_CACHE_BYTES
-    kwargs.update(user)
-    return kwargs
-
-
-# --- plumbing: the event loop thread and the stderr tail -------------------------------------
+# --- plumbing: the event loop thread ------------------------------------------------------
 
 
 class _LoopThread:
@@ -186,7 +115,7 @@ class VLLMEngine(Engine):
         self._engine: Any = None
         self._loop: _LoopThread | None = None
         self._stderr: StderrTail | None = None
-        self._saved_env: dict[str, str | None] = {}
+        self._env = AppliedEnv()
         self._rendered: dict[str, list[Any]] = {}
         self._runs = 0
         self.config: EngineConfig | None = None
@@ -213,7 +142,7 @@ class VLLMEngine(Engine):
             raise
         except Exception as exc:  # e.g. building a tiny:NAME checkpoint failed
             raise EngineError(f"engine did not start: {one_line_reason(exc)}") from None
-        self._apply_env(config.env)
+        self._env.apply(config.env)
         self._loop = _LoopThread()
         self._stderr = StderrTail()
         self._stderr.start()
@@ -265,20 +194,7 @@ class VLLMEngine(Engine):
         self._engine = None
         self._rendered.clear()
         self.config = None
-        self._restore_env()
-
-    def _apply_env(self, env: Mapping[str, str]) -> None:
-        self._restore_env()
-        self._saved_env = {key: os.environ.get(key) for key in env}
-        os.environ.update(env)
-
-    def _restore_env(self) -> None:
-        for key, value in self._saved_env.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-        self._saved_env = {}
+        self._env.restore()
 
     # -- measuring --
 
@@ -397,7 +313,7 @@ class VLLMEngine(Engine):
         before = read_snapshot()
         try:
             timings, measure_s, max_inflight = await asyncio.wait_for(
-                _closed_loop(self._engine, request, num_requests, concurrency, min_measure_s),
+                closed_loop(self._engine, request, num_requests, concurrency, min_measure_s),
                 timeout_s,
             )
         except asyncio.TimeoutError:
@@ -429,29 +345,6 @@ class VLLMEngine(Engine):
         return rendered
 
 
-def render_prompts(tokenizer: Any, workload: PreparedWorkload) -> list[Any]:
-    """The prompts as the engine sends them: chat-templated token ids when the workload asks for
-    the template and ``tokenizer`` has one, else the raw text (vLLM tokenizes it). Also what
-    ``autotune export --speculators-data`` sends, so its responses answer the measured prompts.
-
-    A prompt read from a chat log carries its whole history (``Prompt.messages``): the template
-    renders all of it with ``add_generation_prompt=True``, as ``vllm serve`` renders a
-    ``/v1/chat/completions`` request; without a template its flattened transcript is sent."""
-    templated = workload.chat_template and getattr(tokenizer, "chat_template", None)
-    rendered: list[Any] = []
-    for prompt in workload.prompts:
-        if templated:
-            text = tokenizer.apply_chat_template(
-                prompt.chat(), tokenize=False, add_generation_prompt=True
-            )
-            # The template already holds the special tokens (BOS), as in vLLM's chat server.
-            ids = tokenizer.encode(text, add_special_tokens=False)
-            rendered.append({"prompt_token_ids": list(ids)})
-        else:
-            rendered.append(prompt.text)
-    return rendered
-
-
 def _vllm_platform_name(current_platform: Any) -> str:
     if current_platform.is_rocm():
         return "rocm"
@@ -472,73 +365,6 @@ async def _create_engine(kwargs: dict[str, Any]) -> Any:
 
 async def _shutdown_engine(engine: Any) -> None:
     engine.shutdown()
-
-
-async def _closed_loop(
-    engine: Any,
-    request: Callable[[int], tuple[str, Any, Any]],
-    num_requests: int,
-    concurrency: int,
-    min_measure_s: float = 0.0,
-) -> tuple[list[RequestTiming], float, int]:
-    """Send requests ``request(0), request(1), ...`` with exactly ``concurrency`` in flight:
-    each worker sends one, streams it to the end, then sends the next, until ``num_requests``
-    were sent and, with ``min_measure_s``, that many seconds have passed since the first (a
-    longer window in which decode, not the first requests' prefill, dominates). Returns
-    timings, wall seconds and the peak in flight."""
-    timings: list[RequestTiming] = []
-    next_index = 0
-    inflight = 0
-    max_inflight = 0
-    t0 = time.perf_counter()
-
-    def more() -> bool:
-        return next_index < num_requests or time.perf_counter() - t0 < min_measure_s
-
-    async def worker() -> None:
-        nonlocal next_index, inflight, max_inflight
-        while more():
-            request_id, prompt, params = request(next_index)
-            next_index += 1
-            inflight += 1
-            max_inflight = max(max_inflight, inflight)
-            sent = time.perf_counter()
-            chunks: list[float] = []
-            token_ids: list[int] = []
-            prompt_tokens = 0
-            try:
-                async for out in engine.generate(prompt, params, request_id=request_id):
-                    now = time.perf_counter()
-                    if not prompt_tokens and out.prompt_token_ids is not None:
-                        prompt_tokens = len(out.prompt_token_ids)
-                    new_ids = [t for o in out.outputs for t in o.token_ids]
-                    if new_ids:
-                        chunks.append(now)
-                        token_ids.extend(new_ids)
-            finally:
-                inflight -= 1
-            timings.append(
-                RequestTiming(
-                    sent,
-                    tuple(chunks),
-                    len(token_ids),
-                    prompt_tokens,
-                    tuple(token_ids),
-                    int(params.max_tokens or 0),
-                )
-            )
-
-    t0 = time.perf_counter()
-    tasks = [asyncio.ensure_future(worker()) for _ in range(concurrency)]
-    try:
-        await asyncio.gather(*tasks)
-    except BaseException:
-        # One failed or we were cancelled (timeout): stop the others, which aborts their requests.
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        raise
-    return timings, time.perf_counter() - t0, max_inflight
 
 
 async def _settled_delta(before: CounterSnapshot, output_tokens: int) -> CounterDelta:

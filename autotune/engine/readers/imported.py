@@ -1,6 +1,6 @@
 """A sweep another tool ran, read into autotune's records: one engine config and one measurement
 per recorded run, with where it came from (``autotune import``; the readers are
-:mod:`autotune.engine.vllm_sweep` and :mod:`autotune.engine.sglang_bench`).
+:mod:`autotune.engine.readers.vllm_sweep` and :mod:`autotune.engine.readers.sglang_bench`).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.engine._base import EngineConfig, EngineInfo, Measurement
-from autotune.engine.landscape import LandscapePoint
+from autotune.engine.readers.landscape import LandscapePoint
 from autotune.errors import SpecError
 from autotune.spec.knobs import ALL_DRAFTING, check_value
 

@@ -1,5 +1,5 @@
 """Read the JSONL that SGLang's ``scripts/playground/bench_speculative.py`` appends to ``--output``
-into :class:`~autotune.engine.imported.ImportedSweep` records.
+into :class:`~autotune.engine.readers.imported.ImportedSweep` records.
 
 Source read: sgl-project/sglang, ``scripts/playground/bench_speculative.py`` at commits
 01d2a3d0d57bc35da92de3833d72412c0b448210 and 96fd6bf0cbbf0f41b825f74890fadadb0ff14712 (the same
@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.engine._base import EngineConfig, Measurement
-from autotune.engine.imported import (
+from autotune.engine.readers.imported import (
     SGLANG_BENCH,
     ImportedRun,
     ImportedSweep,

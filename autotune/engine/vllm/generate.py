@@ -37,16 +37,15 @@ def generate_greedy(config: EngineConfig, prepared: PreparedWorkload) -> list[Ge
     except ImportError as exc:
         raise EngineError(f"vllm is not importable: {exc}") from None
     from autotune.engine.platform import gpu_runtime
-    from autotune.engine.vllm import build_engine_kwargs, render_prompts
-    from autotune.engine.vllm_failures import one_line_reason
+    from autotune.engine.vllm.args import build_engine_kwargs, render_prompts
+    from autotune.engine.vllm.env import applied_env
+    from autotune.engine.vllm.failures import one_line_reason
 
     environ = {**os.environ, **config.env}
     kwargs = build_engine_kwargs(
         config, platform=gpu_runtime(), seed=prepared.seed, environ=environ
     )
-    saved = {key: os.environ.get(key) for key in config.env}
-    os.environ.update(config.env)  # vLLM and its engine process read them at start
-    try:
+    with applied_env(config.env):  # vLLM and its engine process read them at start
         try:
             llm = LLM(**kwargs)
         except Exception as exc:
@@ -76,9 +75,3 @@ def generate_greedy(config: EngineConfig, prepared: PreparedWorkload) -> list[Ge
             )
         del llm  # shuts its engine process down now
         return generations
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value

@@ -1,5 +1,5 @@
 """Read the output of ``vllm bench sweep serve`` (vllm/benchmarks/sweep/serve.py, vLLM 0.32) into
-:class:`~autotune.engine.imported.ImportedSweep` records, with vLLM's own sweep code.
+:class:`~autotune.engine.readers.imported.ImportedSweep` records, with vLLM's own sweep code.
 
 The sweep writes, under ``OUTPUT_DIR/EXPERIMENT_NAME/``, one folder per (serve, bench) parameter
 combination (``SERVE-<name>-BENCH-<name>``) holding ``run=<i>.json`` per run and
@@ -14,8 +14,9 @@ not finish and is left out, as vLLM's plots leave it out.
 Mapping: the serve override ``speculative_config`` (method, ``model``, ``num_speculative_tokens``
 and knobs) is the engine config, none is the baseline; ``max_concurrency`` is the concurrency
 level; the workload is ``--workload`` or the bench override ``dataset_name``; ``run_number`` is
-the repeat. The measurement is :func:`autotune.engine.serve.measurement_from_bench` of the run,
-the same mapping the ``client: server`` engine uses (output_throughput, median/p99 TTFT, TPOT,
+the repeat. The measurement is
+:func:`autotune.engine.server.bench.measurement_from_bench` of the run, the same mapping the
+``client: server`` engine uses (output_throughput, median/p99 TTFT, TPOT,
 ITL, and the spec-decode counters the benchmark read from ``/metrics``). The result JSON records
 neither the vLLM version, the device nor the engine start time.
 """
@@ -28,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.engine._base import PreparedWorkload
-from autotune.engine.imported import (
+from autotune.engine.readers.imported import (
     VLLM_SWEEP,
     ImportedRun,
     ImportedSweep,
@@ -98,7 +99,7 @@ def _run(
 ) -> ImportedRun:
     from vllm.benchmarks.sweep.plot_pareto import _first_present
 
-    from autotune.engine.serve import measurement_from_bench
+    from autotune.engine.server.bench import measurement_from_bench
 
     for key in RESULT_KEYS:
         if not isinstance(run.get(key), (int, float)) or isinstance(run.get(key), bool):
