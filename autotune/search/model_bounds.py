@@ -360,6 +360,29 @@ def rank_candidates(cands: Iterable[Candidate]) -> list[Candidate]:
     return out
 
 
+def lost_to_off(
+    mine: Mapping[int, Mapping[Level, Point]], base_cells: Mapping[Level, Point], noise: float
+) -> dict[Level, int]:
+    """The levels where every measured N of an option loses to off decisively, each with the
+    smallest such N: no larger N is measured there.
+
+    Decisively: the N's throughput at the top of its noise band is below the baseline's at the
+    bottom of its band. Where verification is compute-bound a longer draft verifies more tokens
+    per step at no smaller cost per token, so once the shortest measured draft loses, the
+    longer ones have nothing left to win there; a shorter N is still proposed on its bounds."""
+    out: dict[Level, int] = {}
+    for level, base in base_cells.items():
+        at = {n: cells[level] for n, cells in mine.items() if level in cells}
+        if not at:
+            continue
+        floor = base.output_throughput_tok_s / (1 + max(base.spread / 2, noise))
+        if all(
+            p.output_throughput_tok_s * (1 + max(p.spread / 2, noise)) < floor for p in at.values()
+        ):
+            out[level] = min(at)
+    return out
+
+
 def _option_key(config: EngineConfig) -> tuple[str, str | None, tuple[tuple[str, str], ...]]:
     """What the configs of one option share: method, draft and knobs (all but N)."""
     params = tuple(sorted((k, repr(v)) for k, v in config.method_params.items()))

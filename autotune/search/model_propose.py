@@ -7,11 +7,12 @@ and the configs that fill slots the model does not need yet.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from autotune.engine._base import EngineConfig
-from autotune.search.model_bounds import Candidate, ModelBounds, rank_candidates
+from autotune.search.model_bounds import Candidate, ModelBounds, lost_to_off, rank_candidates
 from autotune.search.model_points import (
+    Level,
     _cells,
     _current_rows,
     _levels_of,
@@ -225,9 +226,16 @@ class ModelProposer(ModelBounds):
             # and for a prefix-consistent drafter (another's acceptance is bounded by N only).
             rule = METHODS.get(option.method)
             measured_guard = two_n and rule is not None and rule.prefix_consistent
+            # Where every measured N of the option loses to off decisively, a larger N is not
+            # measured (:func:`lost_to_off`).
+            closed = lost_to_off(mine, base_cells, noise)
+
+            def open_at(n: int, closed: Mapping[Level, int] = closed) -> list[Level]:
+                return [lv for lv in levels if n <= closed.get(lv, n)]
+
             for n in open_n:
                 cand = self._by_model(
-                    configs[n], option, n, levels, models, incumbent, slack, ratios=ratios
+                    configs[n], option, n, open_at(n), models, incumbent, slack, ratios=ratios
                 )
                 if cand is not None:
                     found[cand.config.key()] = cand
@@ -236,14 +244,14 @@ class ModelProposer(ModelBounds):
                     option, mine, base_cells, level, incumbent, models, noise, ratios
                 )
                 for n in near:
-                    if n not in open_n:
+                    if n not in open_n or n > closed.get(level, n):
                         continue
                     key = configs[n].key()
                     cand = found.get(key) or self._by_model(
                         configs[n],
                         option,
                         n,
-                        levels,
+                        open_at(n),
                         models,
                         incumbent,
                         slack,

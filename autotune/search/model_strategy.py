@@ -45,7 +45,7 @@ from collections.abc import Mapping, Sequence
 
 from autotune.cluster.jobs import Cell
 from autotune.engine._base import EngineConfig, Measurement
-from autotune.search.model_bounds import Candidate, rank_candidates
+from autotune.search.model_bounds import Candidate, lost_to_off, rank_candidates
 from autotune.search.model_points import (
     Level,
     _by_level,
@@ -256,8 +256,12 @@ class ModelStrategy(ModelProposer):
             for n in option.n_values
         }
         base_cells = cells.get(config_id(None), {})
+        closed = lost_to_off(mine, base_cells, noise)
+        n = config.num_speculative_tokens
         out = set()
         for w, c in levels:
+            if n > closed.get((w, c), n):
+                continue  # every measured N loses to off decisively here
             inc = incumbent.get((w, c))
             pred = self._fit(option, mine, base_cells, w, noise).predict(
                 option.method, config.num_speculative_tokens, c
