@@ -48,6 +48,7 @@ def main() -> None:
     table.add_column("oracle", justify="right")
     for s in strategies:
         table.add_column(s, justify="right")
+    table.add_column("model/oracle", justify="right")
     for path in paths:
         tol = tolerance_pct(path)
         results = run_bench(path, strategies, args.seeds, tol)
@@ -59,7 +60,9 @@ def main() -> None:
             ratio = summary.median_to_target_ratio
             text = "never" if ratio is None else f"{ratio:.3f}"
             cells.append(f"{text} ({summary.reached}/{summary.runs})")
-        table.add_row(path.stem, f"{tol:g}%", f"{oracle_s / grid_s:.3f}", *cells)
+        model = by["model"].median_to_target_ratio if "model" in by else None
+        floor = "never" if model is None else f"{model / (oracle_s / grid_s):.2f}"
+        table.add_row(path.stem, f"{tol:g}%", f"{oracle_s / grid_s:.3f}", *cells, floor)
     Console(width=160).print(table)
 
 

@@ -4,6 +4,7 @@ are seeded, and the target tolerance is the choosing rule's own tie band at the 
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import statistics
 import sys
 from collections import defaultdict
@@ -127,3 +128,50 @@ def test_low_concurrency_noise_has_the_reported_shape(tmp_path: Path):
         assert sorted(typical) == [1, 2, 4, 8, 32]
         assert 7 < typical[1] < 13 and 14 < typical[2] < 26 and 5 < typical[4] < 10
         assert typical[8] < 1 and typical[32] < 1
+
+
+def _best_n(spec, w: str, c: int, drafter) -> int:
+    tput = {0: 1.0 / spec.cost.step_s(0, c, False)}
+    for n in SYN.n_values(drafter):
+        tput[n] = (1 + sum(SYN._at_n(drafter, w, n))) / spec.cost.step_s(n, c, drafter.parallel)
+    return max(tput, key=tput.__getitem__)
+
+
+def test_high_accept_members_have_the_issue_shape():
+    """First positions accept about 0.9, the best N is 6 or more at c=1 and falls with load."""
+    for i in range(3):
+        spec, _ = STRESS.family_landscape("high-accept", i)
+        (mtp,) = spec.drafters
+        assert spec.concurrency[0] == 1
+        for w in spec.workloads:
+            assert min(mtp.acceptance[w][:3]) >= 0.89
+            best = [_best_n(spec, w, c, mtp) for c in spec.concurrency]
+            assert best[0] >= 6 and best[-1] < best[0]
+            assert all(b <= a for a, b in itertools.pairwise(best))
+
+
+def test_mid_c_peak_members_peak_inside_and_lose_to_off_at_256():
+    for i in range(3):
+        spec, _ = STRESS.family_landscape("mid-c-peak", i)
+        block = next(d for d in spec.drafters if d.method == "dspark")
+        (n,) = SYN.n_values(block)
+        assert spec.concurrency[-1] == 256
+        for w in spec.workloads:
+            al = 1 + sum(SYN._at_n(block, w, n))
+            assert al == pytest.approx(SYN.DSV4_DSPARK_AL[n - 1])
+            speedup = [
+                al * spec.cost.step_s(0, c, False) / spec.cost.step_s(n, c, True)
+                for c in spec.concurrency
+            ]
+            top = speedup.index(max(speedup))
+            assert 0 < top < len(speedup) - 1 and speedup[-1] <= 0.7
+
+
+def test_stall_after_5_curves_gain_little_past_their_stall():
+    for i in range(3):
+        spec, _ = STRESS.family_landscape("stall-after-5", i)
+        (chain,) = spec.drafters
+        for w in spec.workloads:
+            curve = chain.acceptance[w]
+            assert len(curve) == 7 and max(curve[6:]) <= 0.05 and curve[4] > curve[6]
+            assert _best_n(spec, w, 1, chain) >= 5

@@ -12,7 +12,8 @@ import pytest
 from autotune import api
 from autotune.engine.readers.landscape import LandscapePoint, read_landscape, write_landscape
 from autotune.search.landscape_study import study_from_landscape
-from autotune.search.model_strategy import _Run, _step_floor, prior_anchor_n
+from autotune.search.model_bounds import _Run, _step_floor
+from autotune.search.model_propose import prior_anchor_n
 from autotune.spec.catalog import AcceptanceCurve, acceptance_curves
 from autotune.spec.methods import METHODS
 from autotune.store import Store

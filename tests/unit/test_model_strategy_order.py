@@ -16,7 +16,7 @@ import pytest
 from autotune import api
 from autotune.engine._base import EngineConfig
 from autotune.search.landscape_study import study_from_landscape
-from autotune.search.model_strategy import Candidate, rank_candidates
+from autotune.search.model_bounds import Candidate, rank_candidates
 from autotune.store import Store
 
 LEVEL = ("math", 32)
