@@ -1,0 +1,278 @@
+"""A throwaway PostgreSQL server and the fault-driver probes the store fault tests and
+``bench/resume_faults.py`` share.
+
+:func:`postgres_server` starts a real server from Debian's ``postgresql`` package binaries
+(``initdb``/``pg_ctl`` on ``PATH`` or under ``/usr/lib/postgresql/*/bin``). PostgreSQL refuses to
+run as root, so as root (CI) the cluster is initialised and run as ``nobody`` in a folder that
+user owns; it listens on 127.0.0.1 only, on a free port, with fsync off, and is removed at the
+end. The ``postgres`` superuser connects without a password (trust); the role ``autotune`` must
+give its password (SCRAM), for the tests that check no command prints it
+(:meth:`PostgresServer.password_url`).
+
+:func:`fault_driver` starts ``autotune --db URL ...`` in its own process on the replay engine,
+printing ``measure`` before each cell (where a test suspends or kills it, out of any
+transaction), with an optional skewed client clock, a per-cell delay, a hold file, and several
+slots on a virtual clock; :func:`quiet` tells whether any transaction is open on the store.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+PASSWORD_ROLE = "autotune"
+"""The role whose password the server checks (SCRAM)."""
+
+_ENV = {"LC_ALL": "C.UTF-8", "LANG": "C.UTF-8"}
+
+
+class PostgresUnavailable(RuntimeError):
+    """The PostgreSQL server binaries are not installed."""
+
+
+def pg_bin(name: str) -> str | None:
+    """The path of the PostgreSQL program ``name``, or None."""
+    found = shutil.which(name)
+    if found:
+        return found
+    candidates = sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"))
+    return candidates[-1] if candidates else None
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class PostgresServer:
+    """A running server (:func:`postgres_server`): its folder, port and the OS user it runs as."""
+
+    def __init__(self, root: Path, port: int, user: str | None) -> None:
+        self.root = root
+        self.port = port
+        self.user = user
+        self.password = f"pw-{uuid.uuid4().hex}"
+        """The password of the role ``autotune`` (checked by the server: SCRAM)."""
+
+    def _admin_dsn(self) -> str:
+        return f"host=127.0.0.1 port={self.port} user=postgres dbname=postgres"
+
+    def password_url(self) -> str:
+        """A fresh database owned by the role ``autotune``, reached with its password."""
+        import psycopg
+
+        name = f"t_{uuid.uuid4().hex[:12]}"
+        with psycopg.connect(self._admin_dsn(), autocommit=True) as conn:
+            exists = conn.execute(
+                "SELECT 1 FROM pg_roles WHERE rolname = %s", (PASSWORD_ROLE,)
+            ).fetchone()
+            if not exists:
+                conn.execute(f"CREATE ROLE {PASSWORD_ROLE} LOGIN PASSWORD '{self.password}'")
+            conn.execute(f'CREATE DATABASE "{name}" OWNER {PASSWORD_ROLE}')
+        return f"postgresql+psycopg://{PASSWORD_ROLE}:{self.password}@127.0.0.1:{self.port}/{name}"
+
+    def url(self, database: str) -> str:
+        """The superuser's URL of ``database`` (no password: trust)."""
+        return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/{database}"
+
+    def create_database(self) -> str:
+        """A new, empty database; its name."""
+        import psycopg
+
+        name = f"t_{uuid.uuid4().hex[:12]}"
+        with psycopg.connect(self._admin_dsn(), autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+        return name
+
+    def fresh_url(self) -> str:
+        """The URL of a new, empty database."""
+        return self.url(self.create_database())
+
+    def restart(self) -> None:
+        """``pg_ctl restart -m fast``: every session cut, the server down for a moment."""
+        pg_ctl = pg_bin("pg_ctl")
+        assert pg_ctl is not None
+        data, log = str(self.root / "data"), str(self.root / "log")
+        subprocess.run(
+            # the server's output to its log, not to pipes it would hold open
+            [pg_ctl, "-D", data, "-l", log, "-m", "fast", "-w", "-t", "60", "restart"],
+            check=True,
+            user=self.user,
+            env={**os.environ, **_ENV},
+            cwd=self.root,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=120,
+        )
+
+
+@contextlib.contextmanager
+def postgres_server() -> Iterator[PostgresServer]:
+    """A PostgreSQL server on 127.0.0.1 for the block (see the module docstring); raises
+    :class:`PostgresUnavailable` when the binaries are missing."""
+    initdb, pg_ctl = pg_bin("initdb"), pg_bin("pg_ctl")
+    if not initdb or not pg_ctl:
+        raise PostgresUnavailable(
+            "PostgreSQL server binaries not found (apt-get install postgresql)"
+        )
+    user = "nobody" if os.geteuid() == 0 else None
+    root = Path(tempfile.mkdtemp(prefix="autotune-pg-"))
+    os.chmod(root, 0o755)
+    if user:
+        pw = pwd.getpwnam(user)
+        os.chown(root, pw.pw_uid, pw.pw_gid)
+    data = root / "data"
+    port = free_port()
+    env = {**os.environ, **_ENV}
+
+    def run(*cmd: str) -> None:
+        subprocess.run(
+            cmd, check=True, user=user, env=env, cwd=root, capture_output=True, timeout=120
+        )
+
+    try:
+        run(initdb, "-D", str(data), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync")
+        # The password role must authenticate (first matching line wins); everyone else trusted.
+        hba = data / "pg_hba.conf"
+        rule = f"host all {PASSWORD_ROLE} 127.0.0.1/32 scram-sha-256\n"
+        if user:
+            run("sh", "-c", f"printf '%s' '{rule}' | cat - {hba} > {hba}.new && mv {hba}.new {hba}")
+        else:
+            hba.write_text(rule + hba.read_text())
+        options = (
+            f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off "
+            "-c synchronous_commit=off -c full_page_writes=off -c max_connections=200"
+        )
+        log = str(root / "log")
+        run(pg_ctl, "-D", str(data), "-o", options, "-l", log, "-w", "-t", "60", "start")
+        yield PostgresServer(root, port, user)
+    finally:
+        if (data / "postmaster.pid").exists():
+            subprocess.run(
+                [pg_ctl, "-D", str(data), "-m", "immediate", "-w", "stop"],
+                user=user,
+                env=env,
+                cwd=root,
+                capture_output=True,
+                timeout=60,
+            )
+        shutil.rmtree(root, ignore_errors=True)
+
+
+# --- fault drivers ---------------------------------------------------------------------------
+
+DRIVER = """
+import datetime, os, sys, time
+# A skewed client clock: every time autotune reads from this process's clock is off by
+# CLOCK_SKEW_S (the lease times must come from the database's clock instead).
+skew = datetime.timedelta(seconds=float(os.environ.get("CLOCK_SKEW_S", "0")))
+if skew:
+    from autotune.store import leases as _leases, repositories as _repos, tables as _tables
+    _real = _tables.utcnow
+    _tables.utcnow = _repos.utcnow = _leases.utcnow = lambda: _real() + skew
+from autotune.engine.replay import ReplayEngine
+_measure = ReplayEngine.measure
+delay = float(os.environ.get("MEASURE_S", "0"))
+hold = os.environ.get("HOLD_FILE")
+
+
+def measure(self, *args, **kwargs):
+    print("measure", flush=True)  # the test suspends the driver here, out of any transaction
+    time.sleep(delay)
+    while hold and os.path.exists(hold):  # the test holds the driver mid-trial
+        time.sleep(0.05)
+    return _measure(self, *args, **kwargs)
+
+
+ReplayEngine.measure = measure
+slots = int(os.environ.get("SLOTS", "1"))
+if slots > 1:  # several engines at once on a virtual clock (autotune.cluster.virtual)
+    from autotune.cluster import pools
+    from autotune.cluster.virtual import VirtualPool
+
+    def pool_factory(resolved, *args, **kwargs):
+        def virtual(_):
+            return VirtualPool(
+                slots, lambda: ReplayEngine(str(resolved.landscape), resolved.spec.seed)
+            )
+
+        return virtual
+
+    pools.pool_factory = pool_factory
+from autotune.cli import main
+main(sys.argv[1:])
+"""
+"""The fault driver's program (``python -c``); see :func:`fault_driver`."""
+
+
+def fault_driver(
+    repo: Path, url: str, *args: str, env: dict[str, str] | None = None
+) -> subprocess.Popen[str]:
+    """``autotune --db URL ARGS`` from the tree ``repo`` in its own process, on the replay
+    engine, printing ``measure`` before each cell. ``env`` may set ``MEASURE_S`` (seconds each
+    cell waits first), ``HOLD_FILE`` (a cell waits while that file exists), ``CLOCK_SKEW_S``
+    (the client clock's offset) and ``SLOTS`` (engines at once, on a virtual clock)."""
+    path = str(repo) + os.pathsep + os.environ.get("PYTHONPATH", "")
+    return subprocess.Popen(
+        [sys.executable, "-c", DRIVER, "--db", url, *args],
+        cwd=repo,
+        env={**os.environ, "PYTHONPATH": path, **(env or {})},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+    )
+
+
+def wait_measures(proc: subprocess.Popen[str], count: int) -> bool:
+    """Read a fault driver's output until its ``count``-th ``measure`` line (False: it ended)."""
+    assert proc.stdout is not None
+    seen = 0
+    while seen < count:
+        line = proc.stdout.readline()
+        if not line:
+            return False
+        seen += line.strip() == "measure"
+    return True
+
+
+def quiet(url: str) -> bool:
+    """No transaction is open on the store at ``url`` (a suspended driver holds no lock)."""
+    if url.startswith("sqlite"):
+        import sqlite3
+
+        lite = sqlite3.connect(url[len("sqlite:///") :], timeout=0.5)
+        try:
+            lite.execute("BEGIN IMMEDIATE")
+            lite.execute("ROLLBACK")
+            return True
+        except sqlite3.OperationalError:
+            return False
+        finally:
+            lite.close()
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            busy = conn.execute(
+                text(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND state LIKE 'idle in transaction%' AND pid <> pg_backend_pid()"
+                )
+            ).scalar_one()
+    finally:
+        engine.dispose()
+    return int(busy) == 0
