@@ -276,3 +276,153 @@ def quiet(url: str) -> bool:
     finally:
         engine.dispose()
     return int(busy) == 0
+
+
+# --- a lost acknowledgement ------------------------------------------------------------------
+
+
+class LostCommitAck:
+    """A TCP proxy on 127.0.0.1 in front of a PostgreSQL server that loses the acknowledgement
+    of a committed measurement: after :meth:`arm` (``after`` = k), the k-th ``COMMIT`` of a
+    transaction that inserted into ``autotune_measurements`` (or ``table``) reaches the server, which commits
+    it, but the connection is cut where the server's ``CommandComplete COMMIT`` would go back,
+    so the client sees a lost connection for a write that landed.
+
+    The proxy reads the wire protocol (v3, no TLS: connect with ``sslmode=disable`` and
+    ``gssencmode=disable``, see :meth:`url`): the client's first message is untyped, every
+    other message is a type byte and a length. An insert is seen in a simple ``Query``, in the
+    ``Parse`` of an unnamed statement, or in the ``Bind`` of a statement prepared from one.
+    """
+
+    def __init__(self, server_port: int, table: str = "autotune_measurements") -> None:
+        import threading
+
+        self.server_port = server_port
+        self.insert = f"INSERT INTO {table}".encode()
+        """What a transaction whose ack is lost sends (``table``: another table's inserts)."""
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = int(self._listener.getsockname()[1])
+        self._lock = threading.Lock()
+        self._left: int | None = None
+        self.dropped = 0
+        """Acknowledgements lost so far."""
+        self._threads: list[threading.Thread] = []
+        accept = threading.Thread(target=self._accept, daemon=True)
+        accept.start()
+
+    def url(self, server_url: str) -> str:
+        """``server_url`` (a database on the proxied server) reached through the proxy."""
+        from sqlalchemy.engine import make_url
+
+        u = make_url(server_url).set(port=self.port)
+        return u.update_query_dict(
+            {"sslmode": "disable", "gssencmode": "disable"}
+        ).render_as_string(hide_password=False)
+
+    def arm(self, after: int = 1) -> None:
+        with self._lock:
+            self._left = after
+
+    def close(self) -> None:
+        self._listener.close()
+
+    def _accept(self) -> None:
+        import threading
+
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(("127.0.0.1", self.server_port))
+            conn = _Proxied(client, server)
+            for target in (self._up, self._down):
+                t = threading.Thread(target=target, args=(conn,), daemon=True)
+                t.start()
+                self._threads.append(t)
+
+    def _up(self, conn: _Proxied) -> None:
+        """Client to server: forward, noting inserts and commits."""
+        first = True
+        with contextlib.suppress(OSError):
+            while True:
+                if first:
+                    head = _read(conn.client, 4)
+                    body = _read(conn.client, int.from_bytes(head, "big") - 4)
+                    conn.server.sendall(head + body)
+                    first = False
+                    continue
+                head = _read(conn.client, 5)
+                body = _read(conn.client, int.from_bytes(head[1:], "big") - 4)
+                self._note(conn, head[:1], body)
+                conn.server.sendall(head + body)
+        conn.shut()
+
+    def _note(self, conn: _Proxied, kind: bytes, body: bytes) -> None:
+        if kind == b"Q":
+            query = body.rstrip(b"\0")
+            if self.insert in query:
+                conn.inserted = True
+            elif query.strip().upper() == b"COMMIT" and conn.inserted:
+                conn.inserted = False
+                with self._lock:
+                    if self._left is not None:
+                        self._left -= 1
+                        if self._left == 0:
+                            self._left = None
+                            conn.drop = True
+            elif query.strip().upper() == b"ROLLBACK":
+                conn.inserted = False
+        elif kind == b"P":
+            name, _, rest = body.partition(b"\0")
+            if self.insert in rest.partition(b"\0")[0]:
+                if name:
+                    conn.prepared.add(name)
+                else:
+                    conn.inserted = True
+        elif kind == b"B":
+            _, _, rest = body.partition(b"\0")
+            if rest.partition(b"\0")[0] in conn.prepared:
+                conn.inserted = True
+
+    def _down(self, conn: _Proxied) -> None:
+        """Server to client: forward, but cut the connection instead of a dropped ack."""
+        with contextlib.suppress(OSError):
+            while True:
+                head = _read(conn.server, 5)
+                body = _read(conn.server, int.from_bytes(head[1:], "big") - 4)
+                if conn.drop and head[:1] == b"C" and body.startswith(b"COMMIT"):
+                    with self._lock:
+                        self.dropped += 1
+                    break
+                conn.client.sendall(head + body)
+        conn.shut()
+
+
+class _Proxied:
+    """One proxied connection and what the proxy saw on it."""
+
+    def __init__(self, client: socket.socket, server: socket.socket) -> None:
+        self.client, self.server = client, server
+        self.inserted = False
+        """The open transaction inserted a measurement."""
+        self.prepared: set[bytes] = set()
+        """Names of statements prepared from a measurement insert."""
+        self.drop = False
+        """The acknowledgement of the next COMMIT is lost."""
+
+    def shut(self) -> None:
+        for s in (self.client, self.server):
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+            s.close()
+
+
+def _read(sock: socket.socket, n: int) -> bytes:
+    out = b""
+    while len(out) < n:
+        chunk = sock.recv(n - len(out))
+        if not chunk:
+            raise OSError("closed")
+        out += chunk
+    return out
