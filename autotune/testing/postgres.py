@@ -171,6 +171,18 @@ def postgres_server() -> Iterator[PostgresServer]:
         shutil.rmtree(root, ignore_errors=True)
 
 
+def _conninfo(url: str) -> str:
+    """A ``postgresql+psycopg://`` URL as a libpq connection string."""
+    from urllib.parse import unquote, urlsplit
+
+    from psycopg.conninfo import make_conninfo
+
+    u = urlsplit(url)
+    parts = {"host": u.hostname, "port": u.port, "dbname": u.path.lstrip("/")}
+    parts |= {"user": unquote(u.username or ""), "password": unquote(u.password or "")}
+    return make_conninfo("", **{k: v for k, v in parts.items() if v})
+
+
 # --- fault drivers ---------------------------------------------------------------------------
 
 DRIVER = """
@@ -262,19 +274,14 @@ def quiet(url: str) -> bool:
             return False
         finally:
             lite.close()
-    from sqlalchemy import create_engine, text
+    import psycopg
 
-    engine = create_engine(url)
-    try:
-        with engine.connect() as conn:
-            busy = conn.execute(
-                text(
-                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                    "AND state LIKE 'idle in transaction%' AND pid <> pg_backend_pid()"
-                )
-            ).scalar_one()
-    finally:
-        engine.dispose()
+    with psycopg.connect(_conninfo(url), autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND state LIKE 'idle in transaction%' AND pid <> pg_backend_pid()"
+        ).fetchone()
+    busy = row[0] if row else 0
     return int(busy) == 0
 
 
@@ -312,12 +319,13 @@ class LostCommitAck:
 
     def url(self, server_url: str) -> str:
         """``server_url`` (a database on the proxied server) reached through the proxy."""
-        from sqlalchemy.engine import make_url
+        from urllib.parse import urlsplit, urlunsplit
 
-        u = make_url(server_url).set(port=self.port)
-        return u.update_query_dict(
-            {"sslmode": "disable", "gssencmode": "disable"}
-        ).render_as_string(hide_password=False)
+        u = urlsplit(server_url)
+        who = u.netloc.rpartition("@")[0]
+        netloc = f"{who}@127.0.0.1:{self.port}" if who else f"127.0.0.1:{self.port}"
+        query = "&".join(q for q in (u.query, "sslmode=disable&gssencmode=disable") if q)
+        return urlunsplit((u.scheme, netloc, u.path, query, ""))
 
     def arm(self, after: int = 1) -> None:
         with self._lock:
@@ -335,6 +343,8 @@ class LostCommitAck:
             except OSError:
                 return
             server = socket.create_connection(("127.0.0.1", self.server_port))
+            for s in (client, server):  # one message a send: no Nagle wait on each
+                s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             conn = _Proxied(client, server)
             for target in (self._up, self._down):
                 t = threading.Thread(target=target, args=(conn,), daemon=True)
