@@ -2,7 +2,7 @@
 once (issue #33 item 3: the store retries transient loss for ``AUTOTUNE_STORE_RETRY_S``).
 
 On a real PostgreSQL server behind :class:`autotune.testing.postgres.LostCommitAck`: the server
-commits a measurement's (or a trial start's) transaction and the connection is cut before its
+commits a measurement's (or a trial start's, or the lease's) transaction and the connection is cut before its
 ``COMMIT`` is acknowledged, so the driver sees a lost connection and retries a write that is
 already stored. The study run through the proxy must end with exactly the measurements and
 answers of an uninterrupted run, no cell stored twice and no trial left behind.
@@ -44,7 +44,7 @@ def study(
 @pytest.mark.parametrize(
     ("table", "after"),
     [("autotune_measurements", 1), ("autotune_measurements", 5), ("autotune_measurements", 12),
-     ("autotune_trials", 1), ("autotune_trials", 3)],
+     ("autotune_trials", 1), ("autotune_trials", 3), ("autotune_leases", 1)],
 )  # fmt: skip
 def test_a_write_whose_commit_ack_was_lost_is_stored_once(
     postgres_server: PostgresServer,
@@ -53,8 +53,9 @@ def test_a_write_whose_commit_ack_was_lost_is_stored_once(
     after: int,
 ) -> None:
     """The ``after``-th measurement's acknowledgement is lost (the first, one mid-trial, one
-    in a later trial), or a trial start's: a start retried after its trial landed left that
-    trial ``running`` beside the one it then stored, with no cells, after the study was done."""
+    in a later trial), a trial start's (retried after its trial landed, it left that trial
+    ``running`` beside the one it then stored, with no cells, after the study was done), or
+    the lease's (its driver was refused as busy: the live holder it named was itself)."""
     data, land, reference, trials = study
     url = postgres_server.fresh_url()
     store = Store(url)
