@@ -221,6 +221,10 @@ def takeovers(s: Setting, n: int, rng: random.Random) -> Tally:
     return tally
 
 
+def _stop(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--kills", type=int, default=30, help="kills per backend, one slot")
@@ -231,6 +235,7 @@ def main() -> None:
     parser.add_argument("--landscape", type=Path, default=LLAMA)
     parser.add_argument("--seed", type=int, default=33)
     args = parser.parse_args()
+    signal.signal(signal.SIGTERM, _stop)  # the server is stopped and removed on SIGTERM too
     backends = args.backend or ["sqlite", "postgresql"]
     data = study_from_landscape(args.landscape, NAME, "model", 0)
     src = str(args.landscape.resolve())
