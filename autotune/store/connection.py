@@ -109,6 +109,7 @@ def _with_retry(
     deadline = time.monotonic() + bound
     delay = 0.1
     _RETRYING.active = True
+    _RETRYING.again = False
     try:
         while True:
             try:
@@ -116,6 +117,7 @@ def _with_retry(
             except Exception as exc:
                 if not transient(exc):
                     raise
+                _RETRYING.again = True
                 if time.monotonic() + delay > deadline:
                     raise StoreError(
                         f"the store {shown_url} stayed unreachable for {bound:g} s "
@@ -125,7 +127,14 @@ def _with_retry(
                 time.sleep(delay)
                 delay = min(delay * 2, 2.0)
     finally:
-        _RETRYING.active = False
+        _RETRYING.active = _RETRYING.again = False
+
+
+def retried_call() -> bool:
+    """Whether the store call running in this thread is a retry: its first attempt failed
+    transiently, and may have committed all the same (the connection lost after the COMMIT
+    reached the server), so an insert looks for the row it would write first."""
+    return bool(getattr(_RETRYING, "again", False))
 
 
 def _retried(method: Callable[..., Any]) -> Callable[..., Any]:

@@ -37,6 +37,7 @@ from autotune.store.connection import (
     _dialect,
     _sqlite_path,
     db_now,
+    retried_call,
 )
 from autotune.store.tables import LeaseRow, utcnow
 
@@ -368,9 +369,17 @@ class LeaseRepository(StoreConnection):
         check_lease_ttl(ttl_s)
         self._connect()
         me = driver_identity()
+        tried: set[str] = set()
         for _ in range(3):
             token = uuid.uuid4().hex
             holder = self._lease_row(study)
+            # A write of ours that landed, its acknowledgement lost (the connection cut after
+            # the COMMIT): the lease is ours, not another driver's.
+            if holder is not None and (
+                holder.token in tried or (retried_call() and holder.driver_id == me.driver_id)
+            ):
+                return self._held(study, holder.token, ttl_s, me)
+            tried.add(token)
             if holder is None:
                 if self._insert_lease(study, token, ttl_s, me):
                     return self._held(study, token, ttl_s, me)

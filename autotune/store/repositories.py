@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 
 from autotune.engine._base import EngineConfig, EngineInfo, Measurement
 from autotune.errors import NotFoundError, SpecError, StoreError
-from autotune.store.connection import _dialect, db_now
+from autotune.store.connection import _dialect, db_now, retried_call
 from autotune.store.leases import LeaseRepository
 from autotune.store.records import (
     FINISHED_STATES,
@@ -169,6 +169,20 @@ class Repositories(LeaseRepository):
         purpose: str | None = None,
     ) -> int:
         with self._driver_write() as s:
+            if retried_call():  # the first attempt may have landed: its trial is the newest
+                landed = (
+                    s.connection()
+                    .execute(
+                        select(_TRIAL.c.id, _TRIAL.c.config_key, _TRIAL.c.purpose, _TRIAL.c.state)
+                        .where(_TRIAL.c.study_id == study.id)
+                        .order_by(_TRIAL.c.id.desc())
+                        .limit(1)
+                    )
+                    .first()
+                )
+                mine = (config.key(), purpose, "running")
+                if landed is not None and tuple(landed[1:]) == mine:
+                    return int(landed[0])
             number = (
                 s.scalar(select(func.count(TrialRow.id)).where(TrialRow.study_id == study.id)) or 0
             )
@@ -212,9 +226,23 @@ class Repositories(LeaseRepository):
         self, trial_id: int, m: Measurement, info: EngineInfo, config: EngineConfig
     ) -> MeasurementRecord:
         """Store one measurement; returns it as :meth:`measurements` will read it (read back
-        in the same transaction), so the tuner need not read it again."""
+        in the same transaction), so the tuner need not read it again. A retry (the first attempt
+        failed transiently) first looks for the trial's row of the cell (workload, prompt set,
+        concurrency, repeat): a first attempt whose commit landed, its acknowledgement lost,
+        is returned, not stored twice; another value there is a StoreError."""
         with self._driver_write() as s:
             conn = s.connection()
+            if retried_call():  # the first attempt may have landed: the cell is stored once
+                cell = {f: getattr(m, f) for f in ("workload", "workload_digest", "concurrency")}
+                cell |= {"trial_id": trial_id, "repeat": m.repeat}
+                stored = conn.execute(_MEASUREMENT_OF_CELL, cell).mappings().first()
+                if stored is not None:
+                    if stored["output_throughput_tok_s"] != m.output_throughput_tok_s:
+                        raise StoreError(
+                            f"trial {trial_id} already has another measurement of {m.workload} "
+                            f"at concurrency {m.concurrency}, repeat {m.repeat}"
+                        )
+                    return _measurement_record(stored)
             inserted = conn.execute(
                 _INSERT_MEASUREMENT,
                 {
@@ -523,6 +551,12 @@ study's measurements and the tuner's read-back of each new one skip the ORM's en
 _MEASUREMENT_BY_ID = _MEASUREMENTS_READ.where(_MEASUREMENT.c.id == bindparam("measurement_id"))
 """One measurement by id, built once: SQLAlchemy caches its compiled form under a key it computes
 once per statement object, and the tuner reads each new measurement back."""
+
+_MEASUREMENT_OF_CELL = _MEASUREMENTS_READ.where(
+    *(_MEASUREMENT.c[f] == bindparam(f) for f in ("trial_id", "workload", "workload_digest")),
+    *(_MEASUREMENT.c[f] == bindparam(f) for f in ("concurrency", "repeat")),
+)
+"""A trial's stored measurement of one cell: what a retried write whose commit landed finds."""
 
 
 def _new_id(inserted: CursorResult[Any]) -> int:

@@ -24,7 +24,6 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from collections import Counter
@@ -38,6 +37,7 @@ import yaml
 from autotune import api
 from autotune.store import Store
 from autotune.testing.landscapes import sweep, write
+from autotune.testing.postgres import fault_driver, quiet
 
 REPO = Path(__file__).resolve().parents[2]
 N_MAX = 4
@@ -82,49 +82,8 @@ def _study_file(tmp: Path, name: str, sampler: str = "grid") -> Path:
     return path
 
 
-DRIVER = """
-import datetime, os, sys, time
-# A skewed client clock: every time autotune reads from this process's clock is off by
-# CLOCK_SKEW_S (the lease times must come from the database's clock instead).
-skew = datetime.timedelta(seconds=float(os.environ.get("CLOCK_SKEW_S", "0")))
-from autotune.store import leases as _leases, repositories as _repos, tables as _tables
-_real = _tables.utcnow
-_tables.utcnow = _repos.utcnow = _leases.utcnow = lambda: _real() + skew
-from autotune.engine.replay import ReplayEngine
-_measure = ReplayEngine.measure
-delay = float(os.environ.get("MEASURE_S", "0"))
-hold = os.environ.get("HOLD_FILE")
-
-
-def measure(self, *args, **kwargs):
-    print("measure", flush=True)  # the test suspends the driver here, out of any transaction
-    time.sleep(delay)
-    while hold and os.path.exists(hold):  # the test holds the driver mid-trial
-        time.sleep(0.05)
-    return _measure(self, *args, **kwargs)
-
-
-ReplayEngine.measure = measure
-from autotune.cli import main
-main(sys.argv[1:])
-"""
-
-
-def _env(**extra: str) -> dict[str, str]:
-    path = str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")
-    return {**os.environ, "PYTHONPATH": path, **extra}
-
-
 def _driver(url: str, *args: str, **env: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-c", DRIVER, "--db", url, *args],
-        cwd=REPO,
-        env=_env(**env),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        stdin=subprocess.DEVNULL,
-        text=True,
-    )
+    return fault_driver(REPO, url, *args, env=env)
 
 
 def _cells(url: str, name: str) -> dict[tuple[str, str, int, int], float]:
@@ -206,34 +165,6 @@ def _wait_for(what: str, check: Any, timeout_s: float = 60.0) -> None:
         time.sleep(0.05)
 
 
-def _quiet(url: str) -> bool:
-    """No transaction is open on the database (a suspended driver holds no lock)."""
-    if url.startswith("sqlite"):
-        import sqlite3
-
-        conn = sqlite3.connect(url[len("sqlite:///") :], timeout=0.5)
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-            conn.execute("ROLLBACK")
-            return True
-        except sqlite3.OperationalError:
-            return False
-        finally:
-            conn.close()
-    from sqlalchemy import create_engine, text
-
-    engine = create_engine(url)
-    with engine.connect() as conn:
-        busy = conn.execute(
-            text(
-                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                "AND state LIKE 'idle in transaction%' AND pid <> pg_backend_pid()"
-            )
-        ).scalar_one()
-    engine.dispose()
-    return int(busy) == 0
-
-
 def _rows_in_running_trials(url: str, name: str) -> int:
     store = Store(url)
     trials = [t for t in store.trials(store.get_study(name)) if t.state == "running"]
@@ -252,7 +183,7 @@ def _suspend_mid_trial(proc: subprocess.Popen[str], url: str, name: str) -> None
         if line.strip() != "measure" or _rows_in_running_trials(url, name) < 2:
             continue
         os.kill(proc.pid, signal.SIGSTOP)
-        if _quiet(url):
+        if quiet(url):
             return
         os.kill(proc.pid, signal.SIGCONT)
 

@@ -15,13 +15,15 @@ import optuna
 import pytest
 
 from autotune import api
-from autotune.cluster.jobs import Finished, TrialEvent, TrialJob
+from autotune.cluster.jobs import Cell, Finished, TrialEvent, TrialJob
 from autotune.cluster.virtual import VirtualPool
 from autotune.engine._base import EngineConfig, Measurement
 from autotune.engine.replay import ReplayEngine
 from autotune.search.landscape_study import study_from_landscape
 from autotune.search.model_strategy import STATE_PREFIX, ModelStrategy
+from autotune.search.protocol import run_protocol, save_recommendations
 from autotune.search.reporting import SilentReporter
+from autotune.search.strategy import SearchState
 from autotune.search.tuner import Tuner
 from autotune.spec.loader import ResolvedStudy
 from autotune.store import Store
@@ -220,3 +222,97 @@ def test_a_cancel_is_stored_with_its_trial_before_the_engine_ends(tmp_path: Path
             assert t.state == "cancelled" and len(store.trial_measurements(t.id)) == rows[t.id]
     assert store.get_study("toy").status == "done"
     store.dispose()
+
+
+# --- several engines at once ------------------------------------------------------------------
+
+SLOTS = 4
+
+
+def _virtual(resolved: ResolvedStudy) -> VirtualPool:
+    """``SLOTS`` replay engines at once on a virtual clock: the same run every time."""
+    landscape = str(resolved.landscape)
+    return VirtualPool(SLOTS, lambda: ReplayEngine(landscape, resolved.spec.seed))
+
+
+def _on_slots(url: str, steps: Sequence[int], stops: Sequence[int] = ()) -> Outcome:
+    """The recorded sweep on ``SLOTS`` slots: run with ``--max-configs K`` for each K of
+    ``steps``, then stopped after each count of new measurements in ``stops``, then resumed to
+    its end (every run a new tuner and strategy, as a new driver)."""
+    data = study_from_landscape(LLAMA, "llama", "model", 0)
+    store = Store(url)
+    try:
+        api.create_study(store, data=data, source=str(LLAMA))
+        for k in steps:
+            run_protocol(store, "llama", _virtual, ttl_s=60, max_configs=k)
+        for after in stops:
+            with pytest.raises(KeyboardInterrupt):
+                run_protocol(store, "llama", _virtual, ttl_s=60, reporter=_Stop(after))
+        run_protocol(store, "llama", _virtual, ttl_s=60)
+        assert store.get_study("llama").status == "done"
+        return outcome(store, "llama")
+    finally:
+        store.dispose()
+
+
+class _Reloaded(ModelStrategy):
+    """A model strategy that forgets what it holds and reads the store again before every
+    decision: all a new driver would know."""
+
+    def _reload(self) -> None:
+        assert self._state is not None
+        self.keep_state_in(self._state)
+
+    def propose(self, state: SearchState, slots: int, fill: bool = True) -> list[EngineConfig]:
+        self._reload()
+        return super().propose(state, slots, fill)
+
+    def next_cell(
+        self, state: SearchState, config: EngineConfig, measured: Sequence[Measurement]
+    ) -> Cell | None:
+        self._reload()
+        return super().next_cell(state, config, measured)
+
+    def planned(self, state: SearchState) -> int:
+        self._reload()
+        return super().planned(state)
+
+
+def test_on_several_slots_the_strategy_keeps_nothing_the_store_does_not(tmp_path: Path) -> None:
+    """Four engines at once, one uninterrupted run: a strategy that reads its decisions back
+    from the store before each one ends with exactly the measurements and answers of one that
+    keeps them in memory (only a cancel lives in memory, between the engine's last cell and
+    its trial's end, and it is stored with the trial then)."""
+    url = _url(tmp_path, "plain")
+    reference = _on_slots(url, [])
+    store = Store(_url(tmp_path, "reloaded"))
+    try:
+        data = study_from_landscape(LLAMA, "llama", "model", 0)
+        api.create_study(store, data=data, source=str(LLAMA))
+        store.ensure_optuna_schema()
+        record = store.get_study("llama")
+        strategy = _Reloaded(ResolvedStudy.from_json(record.resolved_json))
+        with store.lease("llama"):
+            Tuner(store, record, _virtual, strategy=strategy).run()
+            save_recommendations(store, record)
+        assert outcome(store, "llama") == reference
+    finally:
+        store.dispose()
+    assert _trials(url, "llama") > SLOTS and reference.answers
+
+
+@pytest.mark.slow  # whole studies run, stopped and resumed (19 s)
+def test_on_several_slots_a_resume_ends_with_the_same_answers(tmp_path: Path) -> None:
+    """Four engines at once: run+resume and a driver stopped mid-run end with the answers of
+    the uninterrupted run, not with its measurements. Its decisions depend on which trials had
+    finished when each was taken, and a resume changes that: ``--max-configs K`` lets the
+    running engines finish before the run ends, and a resumed driver starts its engines
+    together. At K = 1 the uninterrupted run took its 5th config with 1 config finished and 3
+    running (10 rows); the resumed one with 4 finished (48 rows), and chose another config."""
+    reference = _on_slots(_url(tmp_path, "ref"), [])
+    assert reference == _on_slots(_url(tmp_path, "again"), [])  # the virtual clock: one run
+    drained = _on_slots(_url(tmp_path, "k1"), [1])
+    assert drained.answers == reference.answers
+    for tag, steps, stops in (("k5", [5], []), ("stops", [], [7, 30])):
+        got = _on_slots(_url(tmp_path, tag), steps, stops)
+        assert got.answers == reference.answers, tag
