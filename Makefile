@@ -112,7 +112,7 @@ verify: $(STAMP)  ## after make demo: serve its recommendation with vllm serve, 
 bench-search: $(STAMP)  ## every landscape in bench/landscapes x every search strategy x 3 seeds, as one table
 	$(PY) bench/search_all.py --seeds 3
 
-bench-stress: $(STAMP)  ## model vs tpe vs grid on 12 random landscapes and 5 families x 3 nobody tuned the search on
+bench-stress: $(STAMP)  ## model vs tpe vs grid on 12 random landscapes and 9 families x 3 nobody tuned the search on
 	$(PY) bench/stress.py --count 12 --seeds 2
 
 bench-cli: $(STAMP)  ## wall time of the read-only commands (recommend, check, study list/show, report) beside `import autotune`

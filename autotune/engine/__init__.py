@@ -1,4 +1,5 @@
-"""The Engine interface and its backends: ``vllm`` (real engines) and ``replay`` (recorded sweeps).
+"""The Engine interface and its backends: ``vllm/`` (in process), ``server/`` (``vllm serve``) and
+``replay`` (recorded sweeps); ``readers/`` of other tools' recorded sweeps.
 
 Backends are imported by name through :func:`create_engine`, so importing this package does not
 import vllm.

@@ -363,23 +363,28 @@ def rank_candidates(cands: Iterable[Candidate]) -> list[Candidate]:
 def lost_to_off(
     mine: Mapping[int, Mapping[Level, Point]], base_cells: Mapping[Level, Point], noise: float
 ) -> dict[Level, int]:
-    """The levels where every measured N of an option loses to off decisively, each with the
-    smallest such N: no larger N is measured there.
+    """The levels where every measured N of an option loses to off decisively and verification
+    is compute-bound, each with the largest measured N: no larger N is measured there.
 
     Decisively: the N's throughput at the top of its noise band is below the baseline's at the
-    bottom of its band. Where verification is compute-bound a longer draft verifies more tokens
-    per step at no smaller cost per token, so once the shortest measured draft loses, the
-    longer ones have nothing left to win there; a shorter N is still proposed on its bounds."""
+    bottom of its band. Compute-bound: t_step / (N + 1) does not fall from the second-largest
+    measured N to the largest (bands at their least favourable ends); past that a longer draft
+    costs no less per verified token and accepts no more per position. Below the knee a longer
+    draft amortizes the step's fixed costs (:func:`_step_floor`), so one measured N never closes
+    a level, and the N between measured ones are left to the bounds."""
     out: dict[Level, int] = {}
     for level, base in base_cells.items():
         at = {n: cells[level] for n, cells in mine.items() if level in cells}
-        if not at:
+        if len(at) < 2:
             continue
         floor = base.output_throughput_tok_s / (1 + max(base.spread / 2, noise))
-        if all(
+        if not all(
             p.output_throughput_tok_s * (1 + max(p.spread / 2, noise)) < floor for p in at.values()
         ):
-            out[level] = min(at)
+            continue
+        small, large = sorted(at)[-2:]
+        if _run(at[large], noise).low / (large + 1) >= _run(at[small], noise).high / (small + 1):
+            out[level] = large
     return out
 
 

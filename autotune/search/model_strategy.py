@@ -234,7 +234,8 @@ class ModelStrategy(ModelProposer):
         self, state: SearchState, config: EngineConfig, levels: frozenset[Level]
     ) -> frozenset[Level]:
         """The ``levels`` where ``config``'s upper bound, raised by the study's noise, reaches
-        the level's measured best (levels nothing predicts for count as reachable)."""
+        the level's measured best (levels nothing predicts for count as reachable), leaving out
+        the levels :func:`~autotune.search.model_bounds.lost_to_off` closes above ``config``'s N."""
         option = next(
             (
                 o

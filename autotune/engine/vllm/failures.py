@@ -1,18 +1,14 @@
 """Why a vLLM engine failed, in one line: the reason read from the exception and from what its
-EngineCore and worker processes printed on stderr (captured by :class:`StderrTail` while an
-engine starts). Used by the in-process engine (:mod:`autotune.engine.vllm`), ``vllm serve``
+EngineCore and worker processes printed on stderr (captured by
+:class:`~autotune.engine.vllm.stderr.StderrTail` while an engine starts). Used by the in-process engine (:mod:`autotune.engine.vllm`), ``vllm serve``
 (:mod:`autotune.engine.server`) and response generation (:mod:`autotune.engine.vllm.generate`); a
 failed trial stores this line as its reason.
 """
 
 from __future__ import annotations
 
-import logging
 import re
 from collections.abc import Sequence
-
-logger = logging.getLogger(__name__)
-
 
 _NOISE = re.compile(
     r"^(For further information visit|\[type=|Traceback \(most recent call last\)|\^+$|~+$)"
