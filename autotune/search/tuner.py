@@ -182,6 +182,8 @@ class Tuner:
                 if not stop and not self.confirmer.owes(self._measurements):
                     stop, status = self._budget_hit(max_configs)
                 free = pool.slots - pool.busy
+                if max_configs is not None:  # K configs, not K per slot
+                    free = min(free, max_configs - self.summary.trials_started)
                 # The strategy sees finished trials only: ask again once one finished or a
                 # slot freed up, not on every poll.
                 if not stop and free > 0 and asked != (self.finished, free):

@@ -151,3 +151,15 @@ def test_resume_after_a_cancel_does_not_start_the_cancelled_config_again(tmp_pat
     # A third run has nothing left to do.
     run(store, slots=4)
     assert len(store.trials(store.get_study("toy"))) == len(trials)
+
+
+def test_max_configs_counts_configs_not_slots(tmp_path: Path):
+    # --max-configs 1 on four free slots starts one engine (it used to fill every slot: 4).
+    store = make_study(tmp_path)
+    pool = run(store, slots=4, max_configs=1)
+    trials = store.trials(store.get_study("toy"))
+    assert len(trials) == 1 and pool.peak == 1
+    assert store.get_study("toy").status == "stopped: --max-configs"
+    # K=2 on four slots: two engines, at once.
+    run(store, slots=4, max_configs=2)
+    assert len(store.trials(store.get_study("toy"))) == 3
