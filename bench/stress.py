@@ -179,7 +179,8 @@ FAMILIES = (
 )
 
 SHAPED_DRAWS = 400
-"""Cost draws a shaped family (``high-accept``, ``mid-c-peak``) tries before it gives up."""
+"""Cost draws a shaped family (``high-accept``, ``mid-c-peak``, ``stall-after-5``) tries before
+it gives up."""
 
 LOW_C_NOISE = ((1, 10.0), (2, 20.0), (4, 7.5))
 """The ``low-c-noise`` family's sigma by concurrency, in percent (vllm#53436's CVs)."""
@@ -262,9 +263,7 @@ def family_landscape(family: str, index: int):  # -> (make_synthetic.Landscape, 
         )
         drafters = [mtp]
         changes["concurrency"] = (1, *sorted(int(c) for c in rng.choice(HIGH_C, 3, False)))
-        changes["cost"] = _shaped_cost(
-            ms, dataclasses.replace(base, drafters=(mtp,), **changes), rng, _falling_from_six
-        )
+        changes["cost"] = _shaped_cost(ms, base, changes, mtp, rng, _falling_from_six)
         shape = "Qwen3.5-27B MTP (a_1..3 0.89), N 1..8; best N >= 6 at c=1, falling with load"
     elif family == "mid-c-peak":
         n = int(rng.choice([6, 7, 8]))
@@ -289,9 +288,7 @@ def family_landscape(family: str, index: int):  # -> (make_synthetic.Landscape, 
         )
         drafters = [block, chain]
         changes["concurrency"] = (1, 4, 16, 64, 256)
-        changes["cost"] = _shaped_cost(
-            ms, dataclasses.replace(base, drafters=(block,), **changes), rng, _peaks_mid_c
-        )
+        changes["cost"] = _shaped_cost(ms, base, changes, block, rng, _peaks_mid_c)
         shape = f"DSpark fixed at N={n}: its speedup peaks at mid c, <= 0.7 of off at c=256"
     elif family == "stall-after-5":
         curves = (ms.MAVERICK_EAGLE3["summarize"], KIMI_EAGLE3_THINKING_OFF[:7])
@@ -304,10 +301,8 @@ def family_landscape(family: str, index: int):  # -> (make_synthetic.Landscape, 
         )
         drafters = [chain]
         changes["concurrency"] = (1, *sorted(int(c) for c in rng.choice(HIGH_C, 2, False)))
-        changes["cost"] = _shaped_cost(
-            ms, dataclasses.replace(base, drafters=(chain,), **changes), rng, _stall_decides
-        )
-        shape = "EAGLE-3 N 1..7 on curves that stall after N=5 (Maverick CNN/DM, Kimi-K2.5)"
+        changes["cost"] = _shaped_cost(ms, base, changes, chain, rng, _stall_decides)
+        shape = "EAGLE-3 N 1..7 on curves that stall after N=5 or 6 (Maverick CNN/DM, Kimi-K2.5)"
     elif family == "low-c-noise":
         changes["concurrency"] = (1, 2, 4, 8, 32)
         changes["noise_by_concurrency"] = LOW_C_NOISE
@@ -401,9 +396,11 @@ def _stall_decides(ms, spec) -> bool:
     return all(_best_n(ms, spec, w, spec.concurrency[0]) >= 5 for w in spec.workloads)
 
 
-def _shaped_cost(ms, spec, rng, shaped):  # -> make_synthetic.Cost
+def _shaped_cost(ms, base_spec, changes, drafter, rng, shaped):  # -> make_synthetic.Cost
     """A cost drawn around ``qwen27b-dense``'s (every parameter scaled by a factor in [1/4, 4])
-    until ``shaped(ms, spec)`` holds: the family's shape is imposed, its cost is not cited."""
+    until ``shaped(ms, spec)`` holds for ``base_spec`` with ``changes`` and ``drafter`` alone:
+    the family's shape is imposed, its cost is not cited."""
+    spec = dataclasses.replace(base_spec, drafters=(drafter,), **changes)
     base = ms.LANDSCAPES[0].cost
     names = [
         f.name
