@@ -137,8 +137,12 @@ def plan_dsd(rec: Any, trials: Sequence[TrialRecord], seed: int) -> Plan:
 
     dsd = dsd_config(rec.per_level)
     best = rec.choice.best
-    if dsd is None or best.is_baseline:
+    if dsd is None:
         raise NoResultError("speculation wins at no level: there is no Dynamic SD table to verify")
+    if best.is_baseline:
+        # off is the one config for all levels, yet a level drafts in the table: the fixed
+        # reference is the best drafting config (what plan_fixed serves then)
+        best = next(s for s in (*rec.choice.ranked, *rec.choice.screened) if not s.is_baseline)
     by_id = {t.id: t for t in trials}
     fixed_trial = by_id[best.trial_ids[0]]
     lead = next(
