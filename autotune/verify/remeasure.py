@@ -166,10 +166,12 @@ def run_interleaved(
             except Exception as exc:
                 raise EngineError(f"{what}: {type(exc).__name__}: {exc}") from exc
 
-        starts = [a.start.remote(c, [workload]) for a, c in zip(actors, configs, strict=True)]
         version = ""
-        for config, ref in zip(configs, starts, strict=True):
-            info = get(ref, start_timeout_s, f"{config.label()}: engine start")
+        # one after the other, each within its own timeout: two starts at once on a small
+        # machine compete for its cores and each takes as long as both
+        for config, a in zip(configs, actors, strict=True):
+            info = get(a.start.remote(config, [workload]), start_timeout_s,
+                       f"{config.label()}: engine start")  # fmt: skip
             version = info.vllm_version
             progress(f"{config.label()}: engine started in {info.engine_start_s:.0f} s")
         if warmup_requests:
