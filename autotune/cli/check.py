@@ -91,7 +91,8 @@ if TYPE_CHECKING:
     show_default=True,
     metavar="PCT",
     help="With --measure: fail when the acceptance length or a position's acceptance is more "
-    "than PCT percent below the study's for the same config.",
+    "than PCT percent below the study's for the same config (exactly at temperature 0; above "
+    "it, also beyond the 95% interval of the difference).",
 )
 @click.option(
     "--speedup-tolerance",
@@ -99,9 +100,19 @@ if TYPE_CHECKING:
     type=NON_NEGATIVE_FLOAT,
     default=None,
     metavar="PCT",
-    help="With --measure: fail when a level's speedup over the baseline fell more than PCT "
-    "percent below the study's [default and floor: the study's start-to-start noise, its "
-    "baseline's drift between two engine starts].",
+    help="With --measure: the tie band of a level's speedup over the baseline against the "
+    "study's: fail when it fell decidedly more than PCT percent below it [floor: the study's "
+    "start-to-start noise, its baseline's drift between two engine starts; default: that "
+    "noise, else 10].",
+)
+@click.option(
+    "--max-pairs",
+    type=click.IntRange(min=3),
+    default=12,
+    show_default=True,
+    metavar="N",
+    help="With --measure: the most interleaved (target, baseline) pairs measured per level "
+    "while its speedup is undecided; still undecided then, the check exits 3.",
 )
 @click.option(
     "--json",
@@ -124,6 +135,7 @@ def check(
     acceptance_only: bool = False,
     acceptance_tolerance_pct: float = 5.0,
     speedup_tolerance_pct: float | None = None,
+    max_pairs: int = 12,
     as_json: bool = False,
 ) -> None:
     """Check that a deployed --speculative-config is as fast as the recommended one.
@@ -133,11 +145,15 @@ def check(
     reason, when it is not, when the deployed config was never measured, or when the study was
     measured on another vLLM version than the one installed (replayed studies excepted).
     With --measure it measures instead of trusting the store: the deployed config (and the
-    baseline, unless --acceptance-only) runs once on the vLLM installed now, on the study's
+    baseline, unless --acceptance-only) is started on the vLLM installed now, on the study's
     prompts and measurement settings; exit 1 when the acceptance length or a position's
-    acceptance fell more than --acceptance-tolerance below the study's (naming the positions),
-    when a level's speedup fell by more than the study's start-to-start noise, or when the
-    stored choice check fails; another vLLM version than the study's is measured, not stale.
+    acceptance fell more than --acceptance-tolerance below the study's (exactly at temperature
+    0, naming the positions), when a level's speedup fell decidedly beyond --speedup-tolerance,
+    or when the stored choice check fails; another vLLM version than the study's is measured,
+    not stale. The speedup comes from interleaved pairs (target, baseline, target, baseline,
+    ... on two warm engines), added while the shared rule (docs/answers.md) is undecided, up to
+    --max-pairs per level. Exit 3, "undecided (noisy runner): rerun", when nothing failed but a
+    level's speedup was still undecided at --max-pairs.
     Exit 2 for bad input, before any engine starts.
     A level whose recommendation is low-confidence (undecided against its runner-up, or a
     noisy winner or baseline) gets a "note: low confidence at concurrency C" line on stderr;
@@ -177,6 +193,7 @@ def check(
             acceptance_only=acceptance_only,
             acceptance_tolerance_pct=acceptance_tolerance_pct,
             speedup_tolerance_pct=speedup_tolerance_pct,
+            max_pairs=max_pairs,
             as_json=as_json,
         )
         return
@@ -216,6 +233,7 @@ def _check_measured(
     acceptance_only: bool,
     acceptance_tolerance_pct: float,
     speedup_tolerance_pct: float | None,
+    max_pairs: int,
     as_json: bool,
 ) -> None:
     """``check --measure`` (autotune.verify.remeasure): measured now, compared, stored."""
@@ -234,9 +252,12 @@ def _check_measured(
         acceptance_tolerance_pct=acceptance_tolerance_pct,
         speedup_tolerance_pct=speedup_tolerance_pct,
         acceptance_only=acceptance_only,
+        max_pairs=max_pairs,
         progress=lambda line: click.echo(line, err=True),
     )
     click.echo(dumps_json(result.to_json()) if as_json else render(result))
+    if result.outcome == "undecided":
+        raise gate.CheckUndecided(failure_line(result))
     if not result.passed:
         raise gate.CheckFailed(failure_line(result))
 

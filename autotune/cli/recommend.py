@@ -281,6 +281,11 @@ def recommend(
         click.echo(f"note: {note}", err=True)
     config = rec.speculative_config
     shown = render.dsd_config(rec.per_level) if fmt == "dsd" else config
+    if fmt == "dsd":  # the table served against true off (autotune verify --dsd)
+        from autotune.verify import dsd_lines
+
+        for note in dsd_lines(ctx.store(), rec.study, workload):
+            click.echo(f"note: {note}", err=True)
     if as_json:
         click.echo(json.dumps(rec.to_json(shown)))
     elif fmt in ("json", "dsd"):

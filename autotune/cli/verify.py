@@ -35,8 +35,10 @@ from autotune.cli._common import (
 @click.option(
     "--dsd",
     is_flag=True,
-    help="Verify the Dynamic SD table (recommend --format dsd) against the best fixed N "
-    "instead of the recommended config against the baseline.",
+    help="Verify the Dynamic SD table (recommend --format dsd) against the best fixed N and "
+    "against true off (three servers) instead of the recommended config against the "
+    "baseline; per level the table is judged against off, and the answer is the table or "
+    "routing by load (plain above the crossing concurrency).",
 )
 @click.option(
     "--tolerance",
@@ -79,16 +81,21 @@ def verify(
 
     Starts `vllm serve` (loopback only) with the recommended command line, drives it with
     `vllm bench serve` at each of the study's concurrency levels on the study's prompts and
-    output lengths, does the same for the baseline (with --dsd: the Dynamic SD table against
-    the best fixed N), and prints per level the throughput and acceptance length through the
-    server beside the study's in-process numbers, and both speedups. The result is stored with
-    the study (`report` and `check` show it). Exit 1 when a level's server-path speedup
-    differs from the study's by more than --tolerance.
+    output lengths, does the same for the baseline, and prints per level the throughput and
+    acceptance length through the server beside the study's in-process numbers, and both
+    speedups. With --dsd it serves the Dynamic SD table, the best fixed N and true off (no
+    --speculative-config): per level the table against off by the shared rule
+    (docs/answers.md), and the answer: the table where its N=0 bands are within noise of off,
+    else the speculative deployment below the crossing concurrency and a plain one above it
+    (route by load); the fixed N against off is stored as its own verification too. The
+    result is stored with the study (`report`, `check` and `recommend --format dsd` show
+    it). Exit 1 when a level's server-path speedup differs from the study's by more than
+    --tolerance.
 
     \b
     Example:
       autotune verify --model tiny --workload code
-      autotune verify --model tiny --workload code --dsd --tolerance 15
+      autotune verify --model tiny --workload code --dsd --repeats 2 --tolerance 15
     """
     from autotune.verify import verify as verify_recommendation
     from autotune.verify.compare import render

@@ -30,6 +30,13 @@ class CheckFailed(AutotuneError):
     exit_code = 1
 
 
+class CheckUndecided(AutotuneError):
+    """``check --measure``: nothing failed, but a level's speedup stayed undecided after the
+    most interleaved pairs (a noisy runner): rerun."""
+
+    exit_code = 3  # autotune.recommend.measured.UNDECIDED_EXIT
+
+
 @dataclass(frozen=True)
 class CheckResult:
     ok: bool

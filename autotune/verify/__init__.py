@@ -72,6 +72,19 @@ def verification_lines(
     ] + check_history_lines(store, record, workload)
 
 
+def dsd_lines(store: Store, study: StudyRecord | str, workload: str) -> list[str]:
+    """What the newest stored ``verify --dsd`` of (study, workload) says of the table against
+    true off (``recommend --format dsd`` prints it): the table, or routing by load."""
+    from autotune.verify.compare import dsd_line
+
+    record = store.get_study(study) if isinstance(study, str) else study
+    return [
+        f"{line} (verify --dsd on {when:%Y-%m-%d %H:%M})"
+        for when, v in verifications(store, record, workload)
+        if v.mode == "dsd" and (line := dsd_line(v)) is not None
+    ]
+
+
 def check_history_lines(store: Store, study: StudyRecord, workload: str | None = None) -> list[str]:
     """One line per stored ``check --measure`` of a study, oldest first: its history across
     vLLM versions (shown by ``report`` and ``check``)."""
@@ -96,13 +109,17 @@ def check_measured(
     acceptance_tolerance_pct: float = 5.0,
     speedup_tolerance_pct: float | None = None,
     acceptance_only: bool = False,
+    max_pairs: int | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> Any:
     """``check --measure``: start the deployed config (and the baseline, unless
     ``acceptance_only``) on the study's prompts and protocol on the installed vLLM, compare its
-    acceptance (within ``acceptance_tolerance_pct``) and speedup (against the study's
-    start-to-start noise) with the study's, store the result with its vLLM version and return it
-    (``autotune.recommend.measured.MeasuredCheck``; ``.passed``)."""
+    acceptance (exactly at temperature 0, by interval above it, within
+    ``acceptance_tolerance_pct``) and its speedup (interleaved target/baseline pairs, judged by
+    the shared rule against the study's, at most ``max_pairs`` per level) with the study's,
+    store the result with its vLLM version and return it
+    (``autotune.recommend.measured.MeasuredCheck``; ``.outcome``: passed, failed, undecided)."""
+    from autotune.verify.remeasure import DEFAULT_MAX_PAIRS
     from autotune.verify.remeasure import check_measured as run_check
 
     return run_check(
@@ -116,5 +133,6 @@ def check_measured(
         acceptance_tolerance=acceptance_tolerance_pct / 100.0,
         speedup_tolerance_pct=speedup_tolerance_pct,
         acceptance_only=acceptance_only,
+        max_pairs=DEFAULT_MAX_PAIRS if max_pairs is None else max_pairs,
         progress=progress,
     )

@@ -66,6 +66,23 @@ class LevelCheck:
     server_reference_tok_s: float
     server_al: float | None
     server_runs: int = 1
+    # Dynamic SD only: the table against true off (a third server, no speculative_config)
+    table_n: int | None = None
+    """The N the table runs at this level (0: speculation off by the table)."""
+    study_off_tok_s: float | None = None
+    server_off_tok_s: float | None = None
+    off_margin_pct: float | None = None
+    """``100·(table/off − 1)`` of the served medians (positive: the table is ahead)."""
+    off_verdict: str | None = None
+    """:func:`autotune.evidence.decide.verdict` of the table against off at this level."""
+
+    @property
+    def off_within_noise(self) -> bool | None:
+        """Whether the table is no worse than off here beyond noise: a tie, undecided, or ahead
+        (None outside a Dynamic SD verification)."""
+        if self.off_verdict is None or self.off_margin_pct is None:
+            return None
+        return not (self.off_verdict == "decided" and self.off_margin_pct < 0)
 
     @property
     def study_speedup(self) -> float | None:
@@ -112,6 +129,11 @@ class Verification:
     levels: tuple[LevelCheck, ...]
     vllm_version: str = ""
     notes: tuple[str, ...] = field(default_factory=tuple)
+    off_command: str = ""
+    """Dynamic SD only: the plain server (no speculative_config) the table is measured against."""
+    dsd_answer: dict[str, Any] | None = None
+    """Dynamic SD only (:func:`dsd_answer`): ``recommended`` (``table`` or ``route``), the
+    ``crossing`` concurrency, and the ``reason`` in words."""
 
     @property
     def passed(self) -> bool:
@@ -133,6 +155,76 @@ class Verification:
         return cls(**fields)
 
 
+def table_n_at(table: Sequence[Sequence[int]], concurrency: int) -> int:
+    """The N a ``num_speculative_tokens_per_batch_size`` table runs at ``concurrency``
+    (vLLM's lookup: the row whose ``[lo, hi]`` holds the batch size; 0 past the last row)."""
+    return next((int(row[2]) for row in table if row[0] <= concurrency <= row[1]), 0)
+
+
+def off_verdict(table_runs: Sequence[float], off_runs: Sequence[float]) -> tuple[float, str]:
+    """(margin %, verdict) of the table's served runs against off's at one level, by the shared
+    rule (:func:`autotune.evidence.decide.verdict`, the interval of the ratio from both sides'
+    :func:`~autotune.evidence.decide.halfwidth_log`: unbounded with one run each, so one run
+    never decides what a tie band does not)."""
+    import math
+
+    from autotune.evidence.decide import halfwidth_log, margin_pct, verdict
+
+    a, b = statistics.median(table_runs), statistics.median(off_runs)
+    margin = margin_pct(a, b)
+    width = math.hypot(halfwidth_log(table_runs), halfwidth_log(off_runs))
+    contains = a > 0 and b > 0 and abs(math.log(a / b)) <= width
+    return margin, verdict(margin, contains)
+
+
+def dsd_answer(table: Sequence[Sequence[int]], levels: Sequence[LevelCheck]) -> dict[str, Any]:
+    """The deployment a served Dynamic SD table supports: the table, where every level it runs
+    with N = 0 is within noise of true off; otherwise routing by load, the speculative
+    deployment below the crossing (the first concurrency of the table's first 0-band) and a
+    plain one (no ``--speculative-config``) from it up."""
+    zero = [lv for lv in levels if lv.table_n == 0]
+    losing = [lv for lv in zero if lv.off_within_noise is False]
+    crossing = next((int(row[0]) for row in table if row[2] == 0), None)
+    if not zero:
+        return {
+            "recommended": "table",
+            "crossing": None,
+            "reason": "the table drafts at every measured level (no 0-band to compare with off)",
+        }
+    if not losing:
+        words = ", ".join(
+            f"c={lv.concurrency} {lv.off_margin_pct:+.1f}% {lv.off_verdict}"
+            for lv in zero
+            if lv.off_margin_pct is not None
+        )
+        return {
+            "recommended": "table",
+            "crossing": crossing,
+            "reason": f"its 0-bands are within noise of off ({words})",
+        }
+    words = ", ".join(f"c={lv.concurrency} {lv.off_margin_pct:+.1f}%" for lv in losing)
+    return {
+        "recommended": "route",
+        "crossing": crossing,
+        "reason": (
+            f"its 0-bands decidedly lose to true off ({words}): the drafter still runs and the "
+            f"KV lookahead stays reserved at N=0; run the speculative deployment below "
+            f"concurrency {crossing} and a plain one (no --speculative-config) from "
+            f"{crossing} up, routing requests by load"
+        ),
+    }
+
+
+def dsd_line(v: Verification) -> str | None:
+    """The served Dynamic SD answer in one line (None for a fixed verification)."""
+    if v.dsd_answer is None:
+        return None
+    a = v.dsd_answer
+    if a.get("recommended") == "route":
+        return f"Dynamic SD table vs true off: route by load, {a.get('reason')}"
+    return f"Dynamic SD table vs true off: the table is recommended; {a.get('reason')}"
+
+
 def median_or_none(values: Sequence[float | None]) -> float | None:
     present = [v for v in values if v is not None]
     return statistics.median(present) if present else None
@@ -150,20 +242,30 @@ def render(v: Verification) -> str:
     """The verification table: per level, throughput and acceptance length through the server
     vs in the study, and the two speedups."""
     ref = OFF_PROSE if v.mode == "fixed" else v.reference_label
+    dsd = v.dsd_answer is not None
     lines = [
-        f"verify {v.model} / {v.workload} (study {v.study}): {v.label} vs {ref}, "
-        f"served by vllm serve, driven by vllm bench serve",
+        f"verify {v.model} / {v.workload} (study {v.study}): {v.label} vs {ref}"
+        + (f" and vs {OFF_PROSE}" if dsd else "")
+        + ", served by vllm serve, driven by vllm bench serve",
         f" {'concurrency':<12} {'study tok/s':>11} {'server tok/s':>12} {'study AL':>8} "
-        f"{'server AL':>9} {'study x':>7} {'server x':>8} {'diff %':>7}  ok",
+        f"{'server AL':>9} {'study x':>7} {'server x':>8} {'diff %':>7}  ok"
+        + (f"  {'N':>2} {'off tok/s':>9} {'vs off':>7}  verdict" if dsd else ""),
     ]
     for lv in v.levels:
         ok = "yes" if lv.within(v.tolerance) else "NO"
-        lines.append(
+        row = (
             f" {lv.concurrency:<12} {_num(lv.study_tok_s, '.1f'):>11} "
             f"{_num(lv.server_tok_s, '.1f'):>12} {_num(lv.study_al, '.2f'):>8} "
             f"{_num(lv.server_al, '.2f'):>9} {_num(lv.study_speedup, '.2f'):>7} "
-            f"{_num(lv.server_speedup, '.2f'):>8} {_pct(lv.deviation):>7}  {ok}"
+            f"{_num(lv.server_speedup, '.2f'):>8} {_pct(lv.deviation):>7}  {ok:<3}"
         )
+        if dsd:
+            margin = "-" if lv.off_margin_pct is None else f"{lv.off_margin_pct:+.1f}%"
+            row += (
+                f"  {_num(lv.table_n, 'd'):>2} {_num(lv.server_off_tok_s, '.1f'):>9} "
+                f"{margin:>7}  {lv.off_verdict or '-'}"
+            )
+        lines.append(row.rstrip())
     verdict = "within" if v.passed else "NOT within"
     lines.append(
         f"server-path speedup {verdict} {v.tolerance * 100:g}% of the study's at every level"
@@ -171,6 +273,8 @@ def render(v: Verification) -> str:
         else f"server-path speedup {verdict} {v.tolerance * 100:g}% of the study's at "
         f"concurrency {', '.join(str(lv.concurrency) for lv in v.failures())}"
     )
+    if (line := dsd_line(v)) is not None:
+        lines.append(line)
     lines.extend(v.notes)
     return "\n".join(lines)
 
@@ -181,10 +285,18 @@ def summary_line(v: Verification, when: str = "") -> str:
     worst = max(devs, key=abs) if devs else None
     state = "passed" if v.passed else "FAILED"
     at = f" on {when}" if when else ""
+    answer = v.dsd_answer
+    served = ""
+    if answer is not None:
+        served = (
+            f"; vs true off: route by load (plain from concurrency {answer.get('crossing')})"
+            if answer.get("recommended") == "route"
+            else "; vs true off: the table is recommended"
+        )
     return (
         f"verified through vllm serve{at}: {v.label} vs "
         f"{OFF_PROSE if v.mode == 'fixed' else v.reference_label} ({v.workload}), {state}, "
-        f"largest speedup difference {_pct(worst)}% (tolerance {v.tolerance * 100:g}%)"
+        f"largest speedup difference {_pct(worst)}% (tolerance {v.tolerance * 100:g}%)" + served
     )
 
 

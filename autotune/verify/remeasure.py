@@ -1,10 +1,16 @@
 """``autotune check --measure``: the deployed config and the baseline started once each on the
-vLLM installed now, through the study's own engine path (the same pool, engine backend, prompts,
-concurrency levels, repeats and ``MeasureSettings``, ``min_measure_s`` included), compared with
-the study (``autotune.recommend.measured``) and stored with its vLLM version."""
+vLLM installed now, through the study's own engine path (the same engine actors and backend,
+prompts, concurrency levels and ``MeasureSettings``, ``min_measure_s`` included), compared with
+the study (``autotune.recommend.measured``) and stored with its vLLM version.
+
+Both engines are started and held warm at once (two engine actors, idle in turn); each level is
+then measured in interleaved pairs, target then baseline, so a load that comes and goes on a
+shared runner slows both alike, and pairs are added while the shared rule
+(:func:`autotune.recommend.measured.judge_level`) says undecided, up to ``max_pairs``."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -12,18 +18,28 @@ from autotune.engine._base import EngineConfig, Measurement, MeasureSettings
 from autotune.errors import EngineError, NoResultError, SpecError
 from autotune.recommend.measured import (
     DEFAULT_ACCEPTANCE_TOLERANCE,
+    DEFAULT_SPEEDUP_TOLERANCE_PCT,
     MODE,
+    LevelSpeedup,
     MeasuredCheck,
     SpeedupCheck,
     compare_acceptance,
+    paired_level,
     pooled,
     speedup_band,
-    speedups,
 )
 from autotune.store import TrialRecord
 
 Progress = Callable[[str], None]
 _NOT_PARAMS = ("method", "model", "num_speculative_tokens")
+MIN_PAIRS = 3
+"""Interleaved pairs per level before the first verdict (a t-interval needs two; three keep
+its quantile at 4.3 rather than 12.7)."""
+DEFAULT_MAX_PAIRS = 12
+"""The cap on interleaved pairs per level (``--max-pairs``)."""
+SETTLE_S = 0.25
+"""Pause between the two engines' turns: OpenMP threads spin-wait ~200 ms after their work
+(``KMP_BLOCKTIME``), which would otherwise slow the other engine's first requests."""
 
 
 def _reference_trial(
@@ -114,6 +130,87 @@ def run_configs(
     return out, version
 
 
+def run_interleaved(
+    pool: Any,
+    configs: Sequence[EngineConfig],
+    workload: Any,
+    levels: Sequence[int],
+    settings: MeasureSettings,
+    judge: Callable[[int, Sequence[tuple[Measurement, Measurement]]], LevelSpeedup],
+    *,
+    max_pairs: int,
+    warmup_requests: int,
+    start_timeout_s: float,
+    progress: Progress,
+) -> tuple[dict[int, LevelSpeedup], list[Measurement], str]:
+    """Start the target and the baseline on two engine actors of ``pool`` (a RayPool with two
+    slots) and measure each level in interleaved pairs until ``judge`` is no longer undecided
+    (at least :data:`MIN_PAIRS`, at most ``max_pairs``). (judged level per concurrency, the
+    target's measurements, vLLM version). EngineError when an engine fails."""
+    from autotune.cluster.jobs import TrialJob
+
+    ray = pool._ray
+    actors = []
+    try:
+        for config in configs:
+            job = TrialJob(0, config, [workload], [], settings)
+            actors.append(
+                pool._actor_cls.options(**pool._actor_options(job)).remote(
+                    pool.engine_kind, pool.engine_options
+                )
+            )
+
+        def get(ref: Any, timeout: float, what: str) -> Any:
+            try:
+                return ray.get(ref, timeout=timeout)
+            except Exception as exc:
+                raise EngineError(f"{what}: {type(exc).__name__}: {exc}") from exc
+
+        version = ""
+        # one after the other, each within its own timeout: two starts at once on a small
+        # machine compete for its cores and each takes as long as both
+        for config, a in zip(configs, actors, strict=True):
+            info = get(a.start.remote(config, [workload]), start_timeout_s,
+                       f"{config.label()}: engine start")  # fmt: skip
+            version = info.vllm_version
+            progress(f"{config.label()}: engine started in {info.engine_start_s:.0f} s")
+        if warmup_requests:
+            for config, a in zip(configs, actors, strict=True):
+                get(a.warmup.remote(workload.name, warmup_requests), settings.timeout_s,
+                    f"{config.label()}: warm-up")  # fmt: skip
+        target_runs: list[Measurement] = []
+        judged: dict[int, LevelSpeedup] = {}
+        for c in levels:
+            pairs: list[tuple[Measurement, Measurement]] = []
+            while True:
+                r = len(pairs)
+                pair = []
+                for config, a in zip(configs, actors, strict=True):
+                    time.sleep(SETTLE_S)
+                    m = get(a.measure.remote(workload.name, c, r, settings), settings.timeout_s,
+                            f"{config.label()}: concurrency {c}")  # fmt: skip
+                    pair.append(m)
+                    progress(
+                        f"{config.label()}: concurrency {c} pair {r}: "
+                        f"{m.output_throughput_tok_s:.1f} tok/s"
+                    )
+                pairs.append((pair[0], pair[1]))
+                target_runs.append(pair[0])
+                if len(pairs) < MIN_PAIRS:
+                    continue
+                level = judge(c, pairs)
+                if level.outcome != "undecided" or len(pairs) >= max_pairs:
+                    break
+                progress(f"concurrency {c}: undecided after {len(pairs)} pairs; one more")
+            judged[c] = level
+        for a in actors:
+            get(a.stop.remote(), 120, "engine stop")
+        return judged, target_runs, version
+    finally:
+        for a in actors:
+            ray.kill(a, no_restart=True)
+
+
 def check_measured(
     store: Any,
     model: str,
@@ -126,6 +223,7 @@ def check_measured(
     acceptance_tolerance: float = DEFAULT_ACCEPTANCE_TOLERANCE,
     speedup_tolerance_pct: float | None = None,
     acceptance_only: bool = False,
+    max_pairs: int = DEFAULT_MAX_PAIRS,
     progress: Progress | None = None,
 ) -> MeasuredCheck:
     """Measure ``deployed`` (and the baseline) now, compare with the study, store the result.
@@ -143,6 +241,8 @@ def check_measured(
     say = progress or (lambda _: None)
     if not 0 <= acceptance_tolerance < 1:
         raise SpecError("must be at least 0 and below 100 percent", source="--acceptance-tolerance")
+    if max_pairs < MIN_PAIRS:
+        raise SpecError(f"must be at least {MIN_PAIRS}", source="--max-pairs")
     if not deployed:
         raise SpecError(
             "the deployed config drafts nothing: --measure has no acceptance or speedup to "
@@ -217,26 +317,64 @@ def check_measured(
         for r in range(resolved.spec.repeats)
         for c in levels
     ]
-    pool = pool_factory(resolved, None, None, False)(resolved)
+    drift = [d.drift_pct for d in baseline_drift(rows) if d.workload == workload]
+    band, noise, words = speedup_band(drift, speedup_tolerance_pct, DEFAULT_SPEEDUP_TOLERANCE_PCT)
+    band_pct = 100.0 * (band or 0.0)
+    # no drift check in the study: this check's baseline start is its second start
+    widen = noise is None and speedup_tolerance_pct is None
+    sampled = prepared.temperature > 0
+    speed = None
+    # two slots: the target and the baseline are held warm at once and measured in turn
+    pool = pool_factory(resolved, None, 1 if acceptance_only else 2, False)(resolved)
     try:
-        (now_cfg, *rest), version = run_configs(
-            pool,
-            configs,
-            prepared,
-            cells,
-            settings,
-            warmup_requests=m.warmup_requests,
-            start_timeout_s=m.start_timeout_s,
-            progress=say,
-        )
+        if acceptance_only:
+            (now_cfg,), version = run_configs(
+                pool,
+                configs,
+                prepared,
+                cells,
+                settings,
+                warmup_requests=m.warmup_requests,
+                start_timeout_s=m.start_timeout_s,
+                progress=say,
+            )
+        else:
+            judged, now_cfg, version = run_interleaved(
+                pool,
+                configs,
+                prepared,
+                levels,
+                settings,
+                lambda c, pairs: paired_level(
+                    c, ref_rows, base_rows, pairs, band_pct, widen_by_drift=widen
+                ),
+                max_pairs=max_pairs,
+                warmup_requests=m.warmup_requests,
+                start_timeout_s=m.start_timeout_s,
+                progress=say,
+            )
+            levels_judged = tuple(judged[c] for c in levels)
+            if widen:
+                drifts = [abs(lv.baseline_drift_pct or 0.0) for lv in levels_judged]
+                if max(drifts, default=0.0) > band_pct:
+                    notes.append(
+                        f"the baseline ran up to {max(drifts):.0f}% apart from the study's "
+                        f"(same config, another engine start): the study's one-run speedups "
+                        f"are only known that closely; measure the study again on a quiet "
+                        f"runner, with measurement.drift_check, for a tighter gate"
+                    )
+                words = (
+                    f"a tie band of {band_pct:g}% or, where wider, this check's baseline drift "
+                    f"from the study's (largest {max(drifts, default=0.0):.1f}%: the study "
+                    f"measured no start-to-start noise, and this is its baseline's second engine "
+                    f"start; --speedup-tolerance sets the band)"
+                )
+            speed = SpeedupCheck(levels_judged, band, noise, words, max_pairs)
     finally:
         pool.shutdown()
-    acc = compare_acceptance(pooled(ref_rows), pooled(now_cfg), acceptance_tolerance)
-    speed = None
-    if not acceptance_only:
-        drift = [d.drift_pct for d in baseline_drift(rows) if d.workload == workload]
-        band, noise, words = speedup_band(drift, speedup_tolerance_pct)
-        speed = SpeedupCheck(speedups(ref_rows, base_rows, now_cfg, rest[0]), band, noise, words)
+    acc = compare_acceptance(
+        pooled(ref_rows), pooled(now_cfg), acceptance_tolerance, sampled=sampled
+    )
     study_versions = tuple(sorted({r.vllm_version for r in rows if r.vllm_version}))
     result = MeasuredCheck(
         study=rec.study.name,

@@ -1,13 +1,20 @@
 """``autotune verify``: serve the recommendation with ``vllm serve``, drive it with ``vllm bench
 serve`` at each of the study's concurrency levels on the study's prompts, do the same for the
 reference (the baseline, or the best fixed N for a Dynamic SD table), and compare the
-server-path speedup with the study's in-process one."""
+server-path speedup with the study's in-process one.
+
+A Dynamic SD table is served against true off too (a third server, no ``speculative_config``):
+its N = 0 bands still run the drafter and keep the KV lookahead reserved, so per level the
+table is judged against off by the shared rule, and the answer is the table only where those
+bands are within noise of off, else routing by load (:func:`autotune.verify.compare.dsd_answer`).
+The same three servers measured the best fixed N against off, which is the fixed verification
+of that config, so it is stored too."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +29,10 @@ from autotune.verify.compare import (
     LevelCheck,
     ServerRun,
     Verification,
+    dsd_answer,
     median_or_none,
+    off_verdict,
+    table_n_at,
 )
 
 logger = logging.getLogger(__name__)
@@ -66,6 +76,12 @@ class Plan:
     reference: dict[str, Any]
     study_numbers: dict[int, tuple[float | None, float | None, float | None]]
     """Per level: the study's tok/s of the target, of the reference, and the target's AL."""
+    off: dict[str, Any] | None = None
+    """Dynamic SD only: the plain engine (no speculative_config) the table is judged against."""
+    study_off: dict[int, float | None] | None = None
+    """Dynamic SD only: the study's tok/s of off per level."""
+    fixed: Plan | None = None
+    """Dynamic SD only: the fixed plan of the best fixed N (its reference is ``off``)."""
 
 
 def _score_of(choice: Any, config: dict[str, Any] | None) -> Any:
@@ -121,8 +137,12 @@ def plan_dsd(rec: Any, trials: Sequence[TrialRecord], seed: int) -> Plan:
 
     dsd = dsd_config(rec.per_level)
     best = rec.choice.best
-    if dsd is None or best.is_baseline:
+    if dsd is None:
         raise NoResultError("speculation wins at no level: there is no Dynamic SD table to verify")
+    if best.is_baseline:
+        # off is the one config for all levels, yet a level drafts in the table: the fixed
+        # reference is the best drafting config (what plan_fixed serves then)
+        best = next(s for s in (*rec.choice.ranked, *rec.choice.screened) if not s.is_baseline)
     by_id = {t.id: t for t in trials}
     fixed_trial = by_id[best.trial_ids[0]]
     lead = next(
@@ -165,6 +185,7 @@ def plan_dsd(rec: Any, trials: Sequence[TrialRecord], seed: int) -> Plan:
             t.mean_acceptance_length if t else None,
         )
     table = dsd["num_speculative_tokens_per_batch_size"]
+    fixed = plan_fixed(rec, trials, seed)
     return Plan(
         mode="dsd",
         label=f"Dynamic SD {dsd['method']} {table}",
@@ -172,6 +193,11 @@ def plan_dsd(rec: Any, trials: Sequence[TrialRecord], seed: int) -> Plan:
         target=target,
         reference=engine_kwargs(engine_config(rec.study.model, fixed_trial), seed),
         study_numbers=numbers,
+        off=fixed.reference,
+        study_off={
+            c.concurrency: c.baseline.median_tok_s if c.baseline else None for c in rec.per_level
+        },
+        fixed=fixed,
     )
 
 
@@ -261,8 +287,11 @@ def verify(
     m = resolved.spec.measurement
     settings = MeasureSettings.of(m)
     levels = sorted(plan.study_numbers)
+    servers = [(plan.target, "verified"), (plan.reference, "reference")]
+    if plan.off is not None:
+        servers.append((plan.off, "off"))
     with scratch_dir(workdir) as wd:
-        (target_cmd, target_runs), (ref_cmd, ref_runs) = (
+        served = [
             serve_and_bench(
                 config,
                 prepared,
@@ -274,28 +303,52 @@ def verify(
                 name=name,
                 progress=say,
             )
-            for config, name in ((plan.target, "verified"), (plan.reference, "reference"))
-        )
-    checks = []
-    for c in levels:
-        study_tok, study_ref, study_al = plan.study_numbers[c]
-        t, r = target_runs[c], ref_runs[c]
-        checks.append(
-            LevelCheck(
-                concurrency=c,
-                study_tok_s=study_tok,
-                study_reference_tok_s=study_ref,
-                study_al=study_al,
-                server_tok_s=median_or_none([x.output_tok_s for x in t]) or 0.0,
-                server_reference_tok_s=median_or_none([x.output_tok_s for x in r]) or 0.0,
-                server_al=median_or_none([x.acceptance_length for x in t]),
-                server_runs=len(t),
-            )
-        )
-    result = Verification(
+            for config, name in servers
+        ]
+    (target_cmd, target_runs), (ref_cmd, ref_runs) = served[0], served[1]
+    checks = [_level(c, plan.study_numbers[c], target_runs[c], ref_runs[c]) for c in levels]
+    common = dict(
         study=rec.study.name,
         model=rec.model_alias or rec.model,
         workload=workload,
+        tolerance=tolerance,
+        vllm_version=imported_vllm_version(),  # imported by the benchmark client
+        notes=tuple(notes),
+    )
+    answer = None
+    off_cmd = ""
+    if plan.off is not None and plan.study_off is not None and plan.fixed is not None:
+        off_cmd, off_runs = served[2]
+        table = plan.target["speculative_config"]["num_speculative_tokens_per_batch_size"]
+        checks = [
+            _against_off(
+                lv,
+                table,
+                target_runs[lv.concurrency],
+                off_runs[lv.concurrency],
+                plan.study_off.get(lv.concurrency),
+            )
+            for lv in checks
+        ]
+        answer = dsd_answer(table, checks)
+        # the fixed N against off through the same servers: the fixed verification, stored too
+        fixed = plan.fixed
+        fixed_result = Verification(
+            **common,  # type: ignore[arg-type]
+            mode=fixed.mode,
+            label=fixed.label,
+            reference_label=fixed.reference_label,
+            speculative_config=fixed.target.get("speculative_config"),
+            reference_config=None,
+            command=ref_cmd,
+            reference_command=off_cmd,
+            levels=tuple(
+                _level(c, fixed.study_numbers[c], ref_runs[c], off_runs[c]) for c in levels
+            ),
+        )
+        save(store, rec.study, fixed_result)
+    result = Verification(
+        **common,  # type: ignore[arg-type]
         mode=plan.mode,
         label=plan.label,
         reference_label=plan.reference_label,
@@ -303,13 +356,52 @@ def verify(
         reference_config=plan.reference.get("speculative_config"),
         command=target_cmd,
         reference_command=ref_cmd,
-        tolerance=tolerance,
         levels=tuple(checks),
-        vllm_version=imported_vllm_version(),  # imported by the benchmark client
-        notes=tuple(notes),
+        off_command=off_cmd,
+        dsd_answer=answer,
     )
     save(store, rec.study, result)
     return result
+
+
+def _level(
+    c: int,
+    study: tuple[float | None, float | None, float | None],
+    target: Sequence[ServerRun],
+    reference: Sequence[ServerRun],
+) -> LevelCheck:
+    study_tok, study_ref, study_al = study
+    return LevelCheck(
+        concurrency=c,
+        study_tok_s=study_tok,
+        study_reference_tok_s=study_ref,
+        study_al=study_al,
+        server_tok_s=median_or_none([x.output_tok_s for x in target]) or 0.0,
+        server_reference_tok_s=median_or_none([x.output_tok_s for x in reference]) or 0.0,
+        server_al=median_or_none([x.acceptance_length for x in target]),
+        server_runs=len(target),
+    )
+
+
+def _against_off(
+    lv: LevelCheck,
+    table: Sequence[Sequence[int]],
+    table_runs: Sequence[ServerRun],
+    off_runs: Sequence[ServerRun],
+    study_off: float | None,
+) -> LevelCheck:
+    """The level with the table judged against true off (:func:`off_verdict`)."""
+    margin, verdict = off_verdict(
+        [x.output_tok_s for x in table_runs], [x.output_tok_s for x in off_runs]
+    )
+    return replace(
+        lv,
+        table_n=table_n_at(table, lv.concurrency),
+        study_off_tok_s=study_off,
+        server_off_tok_s=median_or_none([x.output_tok_s for x in off_runs]),
+        off_margin_pct=margin,
+        off_verdict=verdict,
+    )
 
 
 def save(store: Any, study: StudyRecord, v: Verification) -> None:

@@ -16,6 +16,7 @@ import pytest
 
 import autotune.verify as verifying
 from autotune import api
+from autotune.recommend import render
 from autotune.store import Store
 from autotune.testing.studies import tiny_real_study, write_study
 from autotune.verify.compare import Verification
@@ -25,31 +26,45 @@ pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_verify_serves_the_recommendation(deploy_study: Any, tmp_path: Path) -> None:
-    """On the session's deploy study (baseline + n-gram N=2 at concurrency 1 and 2)."""
-    db, store = deploy_study.db, deploy_study.store
+def _verify(db: Path, *args: str) -> tuple[int, str, str]:
     env = {**os.environ, "AUTOTUNE_DB": str(db)}
     cmd = [sys.executable, "-m", "autotune.cli", "verify", "--model", "tiny", "--workload",
-           "code", "--workdir", str(tmp_path / "work")]  # fmt: skip
+           "code", *args]  # fmt: skip
     proc = subprocess.Popen(
         cmd, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         start_new_session=True, text=True,
     )  # fmt: skip
     try:
-        out, err = proc.communicate(timeout=1200)
+        out, err = proc.communicate(timeout=1500)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
     print(out)
     print(err[-4000:], file=sys.stderr)
-    assert proc.returncode in (0, 1), err[-2000:]
+    return proc.returncode, out, err
+
+
+def test_verify_serves_the_recommendation(deploy_study: Any, tmp_path: Path) -> None:
+    """On the session's deploy study (baseline + n-gram N=2 at concurrency 1 and 2): `verify
+    --dsd` serves the Dynamic SD table, the best fixed N and true off (three servers), judges
+    the table against off at each level, stores that verdict and, from the same servers, the
+    fixed N's verification against off. When the study's answer is off at every level there is
+    no table: plain `verify` then serves the best drafting config against off."""
+    db, store = deploy_study.db, deploy_study.store
+    table = render.dsd_config(api.recommend(store, "tiny", "code").per_level)
+    dsd = ["--dsd", "--repeats", "2"] if table is not None else []
+    code, out, err = _verify(db, "--workdir", str(tmp_path / "work"), *dsd)
+    assert code in (0, 1), err[-2000:]
     assert "server tok/s" in out and "concurrency" in out
-    stored = verifying.verifications(store, store.get_study("deploy"), "code")
-    assert len(stored) == 1
-    _, v = stored[0]
+    stored = dict(
+        (v.mode, v) for _, v in verifying.verifications(store, store.get_study("deploy"), "code")
+    )
+    assert set(stored) == ({"fixed", "dsd"} if dsd else {"fixed"})
+    v = stored["fixed"]
     assert isinstance(v, Verification)
-    assert (proc.returncode == 0) == v.passed
+    if not dsd:
+        assert (code == 0) == v.passed
     assert [lv.concurrency for lv in v.levels] == [1, 2]
     for lv in v.levels:
         assert lv.server_tok_s > 0 and lv.server_reference_tok_s > 0
@@ -60,11 +75,35 @@ def test_verify_serves_the_recommendation(deploy_study: Any, tmp_path: Path) -> 
     assert v.command.startswith("vllm serve ") and "--host 127.0.0.1" in v.command
     assert "--speculative-config" in v.command and "ngram" in v.command
     assert "--speculative-config" not in v.reference_command
-    # No server is left behind: each ran in its own process group, killed at the end.
-    port = v.command.split("--port ")[1].split()[0]
-    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
-    assert f"--port {port}" not in ps
     assert json.loads(json.dumps(v.to_json()))["passed"] == v.passed
+    if dsd:
+        d = stored["dsd"]
+        assert (code == 0) == d.passed
+        assert "num_speculative_tokens_per_batch_size" in d.command
+        assert d.off_command and "--speculative-config" not in d.off_command
+        assert d.off_command == v.reference_command  # one off server for both
+        rows = table["num_speculative_tokens_per_batch_size"]
+        for lv in d.levels:
+            assert lv.server_off_tok_s and lv.server_off_tok_s > 0 and lv.server_runs == 2
+            assert lv.table_n == next(r[2] for r in rows if r[0] <= lv.concurrency <= r[1])
+            assert lv.off_verdict in ("tie", "undecided", "decided")
+            assert lv.off_margin_pct == pytest.approx(
+                100 * (lv.server_tok_s / lv.server_off_tok_s - 1)
+            )
+        assert d.dsd_answer is not None
+        assert d.dsd_answer["recommended"] == (
+            "route" if any(lv.off_within_noise is False for lv in d.levels if lv.table_n == 0)
+            else "table"
+        )  # fmt: skip
+        assert "Dynamic SD table vs true off:" in out and "vs off" in out
+        # shown where the deployment is read: report/check lines and recommend --format dsd
+        lines = verifying.verification_lines(store, "deploy", "code")
+        assert any("vs true off:" in line for line in lines)
+        assert verifying.dsd_lines(store, "deploy", "code")
+    # No server is left behind: each ran in its own process group, killed at the end.
+    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    for command in (v.command, v.reference_command):
+        assert f"--port {command.split('--port ')[1].split()[0]}" not in ps
 
 
 def test_study_measured_through_vllm_serve(tmp_path: Path) -> None:

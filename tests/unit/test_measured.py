@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import pytest
 
 from autotune.recommend.measured import (
+    DEFAULT_SPEEDUP_TOLERANCE_PCT,
     Acceptance,
     AcceptanceCheck,
     MeasuredCheck,
@@ -15,6 +16,8 @@ from autotune.recommend.measured import (
     compare_acceptance,
     failure_line,
     history_line,
+    judge_level,
+    paired_level,
     pooled,
     render,
     speedup_band,
@@ -141,3 +144,59 @@ def test_stored_checks_make_a_history_that_report_shows(tmp_path, autotune) -> N
     assert "passed" in lines[0] and "FAILED" in lines[1]
     out = autotune("--db", str(db), "report", "gate", db=False).stdout
     assert "check --measure on" in out and "vLLM 0.33.0: ngram N=2 FAILED" in out
+
+
+def test_sampled_acceptance_falls_only_beyond_its_interval() -> None:
+    study = Acceptance(100, (70, 40))
+    # 0.70 -> 0.60 over 100 drafts each: beyond 5 % but inside the two-proportion interval
+    now = Acceptance(100, (60, 40))
+    assert compare_acceptance(study, now, 0.05).fell == (1,)  # temperature 0: exact
+    sampled = compare_acceptance(study, now, 0.05, sampled=True)
+    assert sampled.passed and sampled.sampled
+    # the same rates over 100x the drafts: the interval is narrow, the fall stands
+    many = compare_acceptance(Acceptance(10000, (7000, 4000)), Acceptance(10000, (6000, 4000)),
+                              0.05, sampled=True)  # fmt: skip
+    assert many.fell == (1,)
+
+
+def _pairs(target: list[float], base: list[float]) -> list[tuple[Run, Run]]:
+    return [(Run(1, a), Run(1, b)) for a, b in zip(target, base, strict=True)]
+
+
+def test_paired_levels_pass_fail_or_stay_undecided_by_the_shared_rule() -> None:
+    study_cfg, study_base = [Run(1, 150.0)], [Run(1, 100.0)]  # one study run: 1.50x
+    # a loaded runner slows both halves of each pair alike: the ratios stay 1.5x
+    loaded = paired_level(1, study_cfg, study_base,
+                          _pairs([150.0, 90.0, 120.0], [100.0, 60.0, 80.0]), 10.0)  # fmt: skip
+    assert loaded.outcome == "ok" and loaded.verdict == "tie" and loaded.pairs == 3
+    assert loaded.measured == pytest.approx(1.5)
+    # a steady 1.2x (-20 %), with little spread: decided, it fell
+    fell = paired_level(1, study_cfg, study_base,
+                        _pairs([120.0, 121.0, 119.0], [100.0, 100.0, 100.0]), 10.0)  # fmt: skip
+    assert fell.outcome == "fell" and fell.verdict == "decided"
+    # ratios 1.0x .. 1.5x: -17 % at the median, but the interval holds 1.5x: undecided
+    noisy = paired_level(1, study_cfg, study_base,
+                         _pairs([100.0, 125.0, 150.0], [100.0, 100.0, 100.0]), 10.0)  # fmt: skip
+    assert noisy.outcome == "undecided" and noisy.interval_pct and noisy.interval_pct > 17
+    check = SpeedupCheck((loaded, noisy), 0.10, None, "a tie band of 10%", 12)
+    assert check.undecided() == (1,) and check.fell() == () and not check.passed
+    acc = compare_acceptance(Acceptance(10, (7, 4)), Acceptance(10, (7, 4)), 0.05)
+    r = _check(acc, check)
+    assert r.outcome == "undecided" and not r.passed
+    assert "UNDECIDED (noisy runner): rerun" in render(r)
+    assert "undecided (noisy runner): rerun" in failure_line(r)
+    assert r.to_json()["outcome"] == "undecided"
+    assert _check(acc, SpeedupCheck((fell,), 0.10, None, "band", 12)).outcome == "failed"
+
+
+def test_judge_level_widens_with_the_studys_single_run() -> None:
+    one = judge_level([1.4, 1.42, 1.38], 1.5, [150.0], [100.0], 1.0)
+    repeated = judge_level([1.4, 1.42, 1.38], 1.5, [150.0, 150.5, 149.5], [100.0, 100.2, 99.8],
+                           1.0)  # fmt: skip
+    assert one.interval_log > repeated.interval_log
+    assert one.margin_pct == pytest.approx(100 * (1.4 / 1.5 - 1))
+
+
+def test_default_band_judges_when_the_study_measured_no_noise() -> None:
+    band, noise, words = speedup_band([], None, DEFAULT_SPEEDUP_TOLERANCE_PCT)
+    assert band == pytest.approx(0.10) and noise is None and "tie band of 10%" in words

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -9,9 +11,12 @@ import pytest
 from autotune.verify.compare import (
     LevelCheck,
     Verification,
+    dsd_answer,
+    off_verdict,
     parse_bench_result,
     render,
     summary_line,
+    table_n_at,
 )
 from autotune.verify.server import bench_argv, requests_file, server_argv
 
@@ -246,3 +251,50 @@ def test_verifications_go_with_their_study(replayed) -> None:
 
     with replayed.session() as s:
         assert s.execute(text("SELECT count(*) FROM autotune_verifications")).scalar() == 0
+
+
+def test_table_n_follows_vllms_batch_size_lookup() -> None:
+    table = [[1, 2, 3], [3, 8, 0]]
+    assert [table_n_at(table, c) for c in (1, 2, 3, 8, 9)] == [3, 3, 0, 0, 0]
+
+
+def test_off_verdict_is_the_shared_rule() -> None:
+    # one run each: no interval, so beyond the 1 % tie it is undecided, never decided
+    assert off_verdict([95.0], [100.0]) == (pytest.approx(-5.0), "undecided")
+    assert off_verdict([99.5], [100.0])[1] == "tie"
+    # repeated runs whose spread is small against the gap decide; a 2x gap always decides
+    assert off_verdict([90.0, 90.5, 89.5], [100.0, 100.4, 99.6])[1] == "decided"
+    assert off_verdict([40.0], [100.0])[1] == "decided"
+
+
+def _dsd_level(c: int, n: int, table: list[float], off: list[float]) -> LevelCheck:
+    margin, verdict = off_verdict(table, off)
+    return replace(
+        _level(c, (300.0, 200.0), (table[0], 200.0)),
+        table_n=n,
+        server_off_tok_s=off[0],
+        off_margin_pct=margin,
+        off_verdict=verdict,
+    )
+
+
+def test_dsd_answer_routes_by_load_only_when_a_zero_band_decidedly_loses() -> None:
+    table = [[1, 1, 2], [2, 4, 0]]
+    drafting = _dsd_level(1, 2, [150.0, 151.0], [100.0, 101.0])
+    tied = _dsd_level(4, 0, [99.7, 100.2], [100.0, 100.1])
+    loses = _dsd_level(4, 0, [90.0, 90.4], [100.0, 100.3])  # -10 %, decided
+    noisy = _dsd_level(4, 0, [80.0, 100.0], [100.0, 101.0])  # wide interval: undecided
+    assert dsd_answer(table, [drafting, tied])["recommended"] == "table"
+    assert dsd_answer(table, [drafting, noisy])["recommended"] == "table"
+    routed = dsd_answer(table, [drafting, loses])
+    assert routed["recommended"] == "route" and routed["crossing"] == 2
+    assert "below concurrency 2" in routed["reason"] and "plain one" in routed["reason"]
+    assert dsd_answer([[1, 4, 2]], [drafting])["crossing"] is None
+    v = replace(
+        _verification((drafting, loses)), mode="dsd", off_command="vllm serve m",
+        dsd_answer=routed,
+    )  # fmt: skip
+    text = render(v)
+    assert "vs off" in text.splitlines()[1] and "decided" in text.splitlines()[3]
+    assert "route by load" in text and "route by load" in summary_line(v)
+    assert Verification.from_json(json.loads(json.dumps(v.to_json()))) == v
