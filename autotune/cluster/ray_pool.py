@@ -290,6 +290,21 @@ class RayPool:
             options["resources"] = {CPU_RESOURCE: 1}
         return options
 
+    def new_actor(self, job: TrialJob) -> Any:
+        """An engine actor placed and configured for ``job`` as a trial's is; the caller drives
+        it (``check --measure`` holds two warm at once) and ends it with :meth:`kill`."""
+        return self._actor_cls.options(**self._actor_options(job)).remote(
+            self.engine_kind, self.engine_options
+        )
+
+    def get(self, ref: Any, timeout_s: float) -> Any:
+        """The result of an actor call, waiting at most ``timeout_s``."""
+        return self._ray.get(ref, timeout=timeout_s)
+
+    def kill(self, actor: Any) -> None:
+        """End an actor from :meth:`new_actor` (not restarted)."""
+        self._ray.kill(actor, no_restart=True)
+
     def _launch(self, job: TrialJob) -> None:
         actor, node_id = None, ""
         # A reused actor keeps the environment of its first job: only configs with the same env
@@ -303,9 +318,7 @@ class RayPool:
                 idle, _ = self._idle.pop(0)
                 with contextlib.suppress(Exception):
                     self._ray.kill(idle, no_restart=True)
-            actor = self._actor_cls.options(**self._actor_options(job)).remote(
-                self.engine_kind, self.engine_options
-            )
+            actor = self.new_actor(job)
             self.actors_created += 1
         run = _Running(job=job, actor=actor, node_id=node_id, measured=list(job.resumed))
         run.ref = actor.start.remote(job.config, list(job.workloads), [*job.drawn, *job.resumed])

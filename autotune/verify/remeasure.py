@@ -149,20 +149,14 @@ def run_interleaved(
     target's measurements, vLLM version). EngineError when an engine fails."""
     from autotune.cluster.jobs import TrialJob
 
-    ray = pool._ray
     actors = []
     try:
         for config in configs:
-            job = TrialJob(0, config, [workload], [], settings)
-            actors.append(
-                pool._actor_cls.options(**pool._actor_options(job)).remote(
-                    pool.engine_kind, pool.engine_options
-                )
-            )
+            actors.append(pool.new_actor(TrialJob(0, config, [workload], [], settings)))
 
         def get(ref: Any, timeout: float, what: str) -> Any:
             try:
-                return ray.get(ref, timeout=timeout)
+                return pool.get(ref, timeout)
             except Exception as exc:
                 raise EngineError(f"{what}: {type(exc).__name__}: {exc}") from exc
 
@@ -208,7 +202,7 @@ def run_interleaved(
         return judged, target_runs, version
     finally:
         for a in actors:
-            ray.kill(a, no_restart=True)
+            pool.kill(a)
 
 
 def check_measured(
