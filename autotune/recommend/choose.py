@@ -224,13 +224,21 @@ def _mean_of(rows: Sequence[MeasuredRow], name: str) -> float | None:
 def screen(scores: Iterable[ConfigScore]) -> tuple[list[ConfigScore], list[ConfigScore]]:
     """Split one cell's configs into those that may be chosen and screening runs.
 
-    A config measured once where others were repeated is a screening run: the model-guided
-    search stops repeating a config whose first run shows it cannot win there, and one run
-    never wins against repeated ones.
+    A config measured once where others were repeated on one engine start is a screening run:
+    the model-guided search stops repeating a config whose first run shows it cannot win there,
+    and one run never wins against repeated ones. Repeats count per engine start: the drift
+    check's second start of the baseline (and a confirmation start) adds runs on another engine,
+    not repeats the others were denied, so in a study of ``repeats: 1`` every config stays
+    choosable.
     """
     scores = list(scores)
-    least = min(2, max((s.repeats for s in scores), default=0))
+    least = min(2, max((_runs_per_start(s) for s in scores), default=0))
     return [s for s in scores if s.repeats >= least], [s for s in scores if s.repeats < least]
+
+
+def _runs_per_start(s: ConfigScore) -> int:
+    """A config's runs per engine start (its trials), rounded up."""
+    return -(-s.repeats // max(1, len(s.trial_ids)))
 
 
 def choose(

@@ -90,3 +90,40 @@ def test_answers_for_the_concurrency_and_traffic_deployed(replayed) -> None:
         for c, level in per_level.items():
             if lo <= c <= hi and level["speculative_config"] is None:
                 assert n == 0, (c, dsd)
+
+
+def _score(config: dict | None, trials: tuple[int, ...], tok_s: tuple[float, ...]):
+    from autotune.evidence.scores import ConfigScore
+
+    median = sorted(tok_s)[len(tok_s) // 2]
+    return ConfigScore(
+        method="ngram" if config else "none",
+        draft=None,
+        num_speculative_tokens=config["num_speculative_tokens"] if config else 0,
+        speculative_config=config,
+        trial_ids=trials,
+        throughputs=tok_s,
+        median_tok_s=median,
+        mad_tok_s=0.0,
+        score_tok_s=median,
+        spread_pct=0.0,
+        mean_acceptance_length=None,
+        acceptance_per_pos=(),
+    )
+
+
+def test_the_drift_checks_second_baseline_start_screens_nothing_out() -> None:
+    """A study of ``repeats: 1`` with the drift check (the default on real engines): the
+    baseline's two runs are two engine starts, not repeats the n-gram config was denied, so the
+    n-gram config stays choosable (it was screened out, and every level answered "off, nothing
+    compared"); a config the search stopped repeating on a start is still a screening run."""
+    from autotune.recommend.choose import screen
+
+    ngram = {"method": "ngram", "num_speculative_tokens": 2}
+    base = _score(None, (1, 3), (299.7, 235.2))
+    one = _score(ngram, (2,), (288.5,))
+    ranked, screened = screen([base, one])
+    assert ranked == [base, one] and screened == []
+    repeated = _score(None, (1, 3), (299.7, 301.0, 298.0, 235.2, 236.0, 240.0))
+    ranked, screened = screen([repeated, one])
+    assert ranked == [repeated] and screened == [one]
