@@ -100,10 +100,11 @@ if TYPE_CHECKING:
     type=NON_NEGATIVE_FLOAT,
     default=None,
     metavar="PCT",
-    help="With --measure: the tie band of a level's speedup over the baseline against the "
-    "study's: fail when it fell decidedly more than PCT percent below it [floor: the study's "
-    "start-to-start noise, its baseline's drift between two engine starts; default: that "
-    "noise, else 10].",
+    help="With --measure: the fall of a level's speedup over the baseline, against the "
+    "study's, that fails the gate: pass when the 95% interval of now/study lies wholly above a "
+    "fall of PCT percent, fail when it lies wholly below, else undecided (exit 3). The noise "
+    "(the pairs', the study's runs', the start-to-start drift) widens the interval, never the "
+    "band [default: 10].",
 )
 @click.option(
     "--max-pairs",
@@ -148,12 +149,13 @@ def check(
     baseline, unless --acceptance-only) is started on the vLLM installed now, on the study's
     prompts and measurement settings; exit 1 when the acceptance length or a position's
     acceptance fell more than --acceptance-tolerance below the study's (exactly at temperature
-    0, naming the positions), when a level's speedup fell decidedly beyond --speedup-tolerance,
-    or when the stored choice check fails; another vLLM version than the study's is measured,
-    not stale. The speedup comes from interleaved pairs (target, baseline, target, baseline,
-    ... on two warm engines), added while the shared rule (docs/answers.md) is undecided, up to
-    --max-pairs per level. Exit 3, "undecided (noisy runner): rerun", when nothing failed but a
-    level's speedup was still undecided at --max-pairs.
+    0, naming the positions), when the 95% interval of a level's speedup now over the study's
+    lies wholly below a fall of --speedup-tolerance, or when the stored choice check fails;
+    another vLLM version than the study's is measured, not stale. The speedup comes from
+    interleaved pairs (target, baseline, target, baseline, ... on two warm engines), added
+    while the interval spans the band's edge, up to --max-pairs per level. Exit 3, "undecided
+    (noisy runner): rerun", when nothing failed but a level's speedup stayed undecided: after
+    --max-pairs pairs, or at once where the start-to-start noise alone spans the edge.
     Exit 2 for bad input, before any engine starts.
     A level whose recommendation is low-confidence (undecided against its runner-up, or a
     noisy winner or baseline) gets a "note: low confidence at concurrency C" line on stderr;

@@ -15,6 +15,12 @@ disagree. docs/answers.md is the user's copy of the definition:
   widened the interval are a confidence reason of their own);
 - decided: otherwise. Beyond the tie the answer is always the higher median.
 
+A *gate* asks another question of one config measured again against its stored value (``check
+--measure``'s speedup): has it fallen by more than a band? :func:`held` is that one-sided rule
+(a non-inferiority test): held where the whole 95 % interval of now/then lies above a fall of
+the band, fell where it lies below, undecided otherwise. It has no 2× shortcut: a fall judged on
+an unbounded interval is exactly a loaded runner's false alarm.
+
 Ranking is by the median (not the robust score ``median − 1.4826·MAD``), so rank, margin and
 tie never contradict each other: :func:`rank` puts the preferred config of the tie band around
 the top median first, then the rest by median.
@@ -100,6 +106,25 @@ def verdict(
     if not far and interval_contains_one:
         return "undecided"
     return "decided"
+
+
+Held = Literal["held", "fell", "undecided"]
+
+
+def held(margin: float, interval_log: float, band_pct: float) -> Held:
+    """The gate's rule (module docstring) on ``margin`` (percent, ``100·(now/then − 1)``), the
+    half-width of the 95 % interval of ``log(now/then)`` (``inf``: unbounded) and the fall that
+    matters, ``band_pct`` (percent, at least 0)."""
+    ratio = 1.0 + margin / 100.0
+    if ratio <= 0:
+        return "fell"
+    edge = math.log1p(-band_pct / 100.0) if band_pct < 100 else -math.inf
+    at = math.log(ratio)
+    if at - interval_log >= edge:
+        return "held"
+    if at + interval_log < edge:
+        return "fell"
+    return "undecided"
 
 
 def verdict_of_runs(

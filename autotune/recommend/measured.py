@@ -9,33 +9,23 @@ config, with no allowance for sampling noise. At a temperature above 0 a positio
 when it is beyond the tolerance and the 95 % interval of the difference of the two proportions
 (:func:`compare_acceptance`, ``sampled=True``) excludes no fall.
 
-Throughput is not deterministic. The speedup over the baseline is measured from interleaved
-repeats (target, baseline, target, baseline, ... on two warm engines, so a load that comes and
-goes slows both alike) and judged by the shared rule :func:`autotune.evidence.decide.verdict`
-(:func:`judge_level`): the paired ratios' median against the study's speedup, the tie band the
-speedup tolerance (the study's start-to-start noise where its drift check measured it, else
-``--speedup-tolerance``, else :data:`DEFAULT_SPEEDUP_TOLERANCE_PCT`), the interval that of the
-ratios' median and of the study's own runs. A level passes when the speedup did not fall beyond
-the band, fails when the fall is decided, and is *undecided* while the interval still contains
-the study's speedup: more pairs are measured until it decides, up to a cap; still undecided at
-the cap, the check says "undecided (noisy runner): rerun" (its own exit code, 3).
+Throughput is not deterministic: the speedup over the baseline is measured from interleaved
+repeats and judged by the gate's one-sided rule (:mod:`autotune.recommend.speedup_gate`).
 """
 
 from __future__ import annotations
 
 import json
 import math
-import statistics
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from autotune.recommend.speedup_gate import SpeedupCheck
+
 Z95 = 1.959964
 """The normal quantile of a two-sided 95 % interval."""
 DEFAULT_ACCEPTANCE_TOLERANCE = 0.05
-DEFAULT_SPEEDUP_TOLERANCE_PCT = 10.0
-"""The speedup's tie band when the study measured no start-to-start noise and none is given:
-``autotune verify``'s CPU default for a server-path speedup against the study's."""
 UNDECIDED_EXIT = 3
 """``check --measure``'s exit code when a level's speedup stays undecided at the cap."""
 MODE = "check-measure"
@@ -119,290 +109,6 @@ def compare_acceptance(
     length_slack = math.hypot(*(slack(i) for i in range(min(len(s), len(m))))) if sampled else 0
     length_fell = sl is not None and (ml is None or ml + length_slack < sl * (1.0 - tolerance))
     return AcceptanceCheck(sl, ml, s, m, tolerance, fell, length_fell, sampled)
-
-
-@dataclass(frozen=True)
-class LevelSpeedup:
-    concurrency: int
-    study: float | None
-    measured: float | None
-    study_tok_s: float | None = None
-    measured_tok_s: float | None = None
-    pairs: int = 0
-    """Interleaved (target, baseline) pairs measured at this level (0: not paired)."""
-    verdict: str | None = None
-    """:func:`autotune.evidence.decide.verdict` of now against the study (paired levels)."""
-    interval_pct: float | None = None
-    """± percent of the 95 % interval of now / study (None: unbounded)."""
-    outcome: str = ""
-    """``ok``, ``fell`` or ``undecided`` (paired levels; "" judged by the band alone)."""
-    band_pct: float | None = None
-    """The tie band this level was judged with (paired levels)."""
-    baseline_drift_pct: float | None = None
-    """This check's baseline against the study's at this level, ``100·(now/study − 1)``: one
-    more start-to-start drift of the same config (paired levels)."""
-
-    @property
-    def change(self) -> float | None:
-        """measured / study - 1."""
-        if not self.study or self.measured is None:
-            return None
-        return self.measured / self.study - 1.0
-
-
-@dataclass(frozen=True)
-class SpeedupCheck:
-    levels: tuple[LevelSpeedup, ...]
-    tolerance: float | None
-    """The band a speedup may fall by (fraction), None: not judged."""
-    noise: float | None
-    """The study's start-to-start noise (largest baseline drift), None: not measured."""
-    noise_source: str
-    """What the band is, in words, for the output."""
-
-    max_pairs: int = 0
-    """The cap on interleaved pairs per level (0: not paired)."""
-
-    def fell(self) -> tuple[int, ...]:
-        if self.tolerance is None:
-            return ()
-        tol = self.tolerance
-        return tuple(
-            lv.concurrency
-            for lv in self.levels
-            if (lv.outcome == "fell")
-            or (not lv.outcome and lv.change is not None and lv.change < -tol)
-        )
-
-    def undecided(self) -> tuple[int, ...]:
-        """Levels still undecided at the cap: the runner was too noisy to tell."""
-        return tuple(lv.concurrency for lv in self.levels if lv.outcome == "undecided")
-
-    @property
-    def passed(self) -> bool:
-        return not self.fell() and not self.undecided()
-
-
-def _median(xs: Sequence[float]) -> float | None:
-    return statistics.median(xs) if xs else None
-
-
-def speedups(
-    study_config: Sequence[Any],
-    study_baseline: Sequence[Any],
-    now_config: Sequence[Any],
-    now_baseline: Sequence[Any],
-) -> tuple[LevelSpeedup, ...]:
-    """Per concurrency level: median tok/s of the config over the baseline's (pooled over the
-    baseline's runs), in the study and now."""
-    levels = sorted({r.concurrency for r in now_config})
-    out = []
-    for c in levels:
-
-        def med(runs: Sequence[Any], level: int = c) -> float | None:
-            return _median([r.output_throughput_tok_s for r in runs if r.concurrency == level])
-
-        sc, sb, mc, mb = med(study_config), med(study_baseline), med(now_config), med(now_baseline)
-        out.append(
-            LevelSpeedup(
-                c,
-                sc / sb if sc and sb else None,
-                mc / mb if mc and mb else None,
-                sc,
-                mc,
-            )
-        )
-    return tuple(out)
-
-
-def speedup_band(
-    drift_pcts: Sequence[float], user_pct: float | None, default_pct: float | None = None
-) -> tuple[float | None, float | None, str]:
-    """(band, noise, words): the band is the study's start-to-start noise (the largest |drift|
-    of its baseline between two engine starts) or the user's tolerance, whichever is wider;
-    with neither, ``default_pct`` (None: the speedup is not judged)."""
-    noise = max((abs(d) for d in drift_pcts), default=None)
-    if noise is None:
-        if user_pct is None and default_pct is not None:
-            return (
-                default_pct / 100,
-                None,
-                (
-                    f"a tie band of {default_pct:g}% (the default: the study measured no "
-                    f"start-to-start noise; --speedup-tolerance sets it)"
-                ),
-            )
-        if user_pct is None:
-            return (
-                None,
-                None,
-                (
-                    "nothing: the study measured no start-to-start noise (its baseline ran on "
-                    "one engine only: measurement.drift_check off, or the study stopped before "
-                    "it); give --speedup-tolerance to judge it"
-                ),
-            )
-        return (
-            user_pct / 100,
-            None,
-            (f"--speedup-tolerance {user_pct:g}% (the study measured no start-to-start noise)"),
-        )
-    noise_f = noise / 100
-    if user_pct is not None and user_pct / 100 > noise_f:
-        return (
-            user_pct / 100,
-            noise_f,
-            (
-                f"--speedup-tolerance {user_pct:g}% (wider than the study's start-to-start noise "
-                f"{noise:.1f}%)"
-            ),
-        )
-    why = (
-        f"; --speedup-tolerance {user_pct:g}% is tighter than that noise"
-        if user_pct is not None
-        else ""
-    )
-    return (
-        noise_f,
-        noise_f,
-        (
-            f"the study's start-to-start noise {noise:.1f}% (its baseline's largest drift between "
-            f"two engine starts, the drift check){why}"
-        ),
-    )
-
-
-@dataclass(frozen=True)
-class LevelJudgment:
-    """One level's paired ratios judged against the study's speedup."""
-
-    margin_pct: float
-    """``100·(median ratio now / study speedup − 1)``."""
-    interval_log: float
-    """Half-width of the 95 % interval of that ratio, in log units (``inf``: unbounded)."""
-    verdict: str
-    outcome: str
-    """``ok`` (no fall beyond the band), ``fell`` (a decided fall) or ``undecided``."""
-
-
-def _t95(dof: int) -> float:
-    from scipy.special import stdtrit  # as autotune.evidence.scores: no scipy.stats import
-
-    return float(stdtrit(dof, 0.975))
-
-
-def judge_level(
-    ratios: Sequence[float],
-    study_speedup: float,
-    study_config: Sequence[float],
-    study_baseline: Sequence[float],
-    band_pct: float,
-    now_config: Sequence[float] = (),
-    now_baseline: Sequence[float] = (),
-) -> LevelJudgment:
-    """The paired ratios (target/baseline tok/s of each interleaved pair) against the study's
-    speedup by :func:`autotune.evidence.decide.verdict`, the tie band ``band_pct``.
-
-    The interval combines the ratios' own (a t-interval of their log mean, as
-    :func:`autotune.evidence.scores.median_ci_halfwidth_pct`) with the study's: its target's and
-    baseline's intervals where it ran each at least twice, otherwise the noise a ratio of one
-    unpaired run of each carries as this check measured it: the spread of ``now_config`` and
-    ``now_baseline`` run by run (``t·√(s_a² + s_b²)``; the paired ratios' spread when those are
-    not given). The study ran its configs on engines started one after the other, so its one
-    ratio has the unpaired noise, not the pairs'.
-    """
-    from autotune.evidence.decide import halfwidth_log, margin_pct, verdict
-
-    logs = [math.log(r) for r in ratios if r > 0]
-    n = len(logs)
-    median = statistics.median(ratios)
-    margin = margin_pct(median, study_speedup)
-    if n < 2:
-        width = math.inf
-    else:
-        sd = statistics.stdev(logs)
-        t = _t95(n - 1)
-        k = min(len(study_config), len(study_baseline))
-        if k >= 2:
-            study_w = math.hypot(halfwidth_log(study_config), halfwidth_log(study_baseline))
-        else:
-            unpaired = [
-                statistics.stdev([math.log(x) for x in xs])
-                for xs in (now_config, now_baseline)
-                if len(xs) >= 2 and all(x > 0 for x in xs)
-            ]
-            study_w = t * (math.hypot(*unpaired) if len(unpaired) == 2 else sd)
-        width = math.hypot(t * sd / math.sqrt(n), study_w)
-    contains = abs(math.log(median / study_speedup)) <= width if median > 0 else False
-    v = verdict(margin, contains, band_pct)
-    if v == "tie" or margin >= 0:
-        outcome = "ok"
-    elif v == "decided":
-        outcome = "fell"
-    else:
-        outcome = "undecided"
-    return LevelJudgment(margin, width, v, outcome)
-
-
-def paired_level(
-    concurrency: int,
-    study_config: Sequence[Any],
-    study_baseline: Sequence[Any],
-    pairs: Sequence[tuple[Any, Any]],
-    band_pct: float,
-    *,
-    widen_by_drift: bool = False,
-) -> LevelSpeedup:
-    """A level's :class:`LevelSpeedup` from its interleaved (target, baseline) measurements.
-
-    ``widen_by_drift`` (the study measured no start-to-start noise of its own): the band is at
-    least this check's baseline drift from the study's at this level, since the baseline
-    started again here is a second engine start of the study's baseline, what the drift check
-    compares."""
-
-    def tok(runs: Sequence[Any]) -> list[float]:
-        return [r.output_throughput_tok_s for r in runs if r.concurrency == concurrency]
-
-    st, sb = tok(study_config), tok(study_baseline)
-    ratios = [
-        a.output_throughput_tok_s / b.output_throughput_tok_s
-        for a, b in pairs
-        if b.output_throughput_tok_s > 0
-    ]
-    study = statistics.median(st) / statistics.median(sb) if st and sb else None
-    now = statistics.median(ratios) if ratios else None
-    now_base = _median([b.output_throughput_tok_s for _, b in pairs])
-    drift = 100.0 * (now_base / statistics.median(sb) - 1.0) if sb and now_base else None
-    if widen_by_drift and drift is not None:
-        band_pct = max(band_pct, abs(drift))
-    common = dict(
-        band_pct=band_pct,
-        baseline_drift_pct=drift,
-        concurrency=concurrency,
-        study=study,
-        measured=now,
-        study_tok_s=statistics.median(st) if st else None,
-        measured_tok_s=_median([a.output_throughput_tok_s for a, _ in pairs]),
-        pairs=len(pairs),
-    )
-    if study is None or not ratios:
-        return LevelSpeedup(**common)  # type: ignore[arg-type]
-    j = judge_level(
-        ratios,
-        study,
-        st,
-        sb,
-        band_pct,
-        [a.output_throughput_tok_s for a, _ in pairs],
-        [b.output_throughput_tok_s for _, b in pairs],
-    )
-    width = 100.0 * math.expm1(j.interval_log) if math.isfinite(j.interval_log) else None
-    return LevelSpeedup(
-        **common,  # type: ignore[arg-type]
-        verdict=j.verdict,
-        interval_pct=width,
-        outcome=j.outcome,
-    )
 
 
 @dataclass(frozen=True)
@@ -497,33 +203,32 @@ def render(r: MeasuredCheck) -> str:
         lines.append(
             f" speedup over the baseline, judged against {sp.noise_source}"
             + (
-                f"; interleaved target/baseline pairs until the interval decides (at most "
-                f"{sp.max_pairs} per level):"
+                f"; interleaved target/baseline pairs until the 95% interval of now/study lies "
+                f"wholly above or below the band's edge (at most {sp.max_pairs} per level):"
                 if paired
                 else ":"
             )
         )
         head = f"  {'concurrency':<12} {'study x':>8} {'now x':>8} {'change':>8}"
         if paired:
-            head += f" {'pairs':>5} {'band':>6} {'interval':>9}  verdict"
+            head += f" {'pairs':>5} {'band':>6} {'interval':>9} {'starts':>8}  verdict"
         lines.append(head)
         for lv in sp.levels:
             ch = "-" if lv.change is None else f"{lv.change * 100:+.1f}%"
             row = f"  {lv.concurrency:<12} {_f(lv.study):>8} {_f(lv.measured):>8} {ch:>8}"
             if paired:
                 width = "-" if lv.interval_pct is None else f"±{lv.interval_pct:.1f}%"
-                band = "-" if lv.band_pct is None else f"{lv.band_pct:.1f}%"
-                row += (
-                    f" {lv.pairs:>5} {band:>6} {width:>9}  {lv.verdict or '-'}: {lv.outcome or '-'}"
-                )
+                starts = "-" if lv.start_noise_pct is None else f"±{lv.start_noise_pct:.1f}%"
+                band = "-" if lv.band_pct is None else f"-{lv.band_pct:.1f}%"
+                why = f" ({lv.undecided_by})" if lv.undecided_by else ""
+                row += f" {lv.pairs:>5} {band:>6} {width:>9} {starts:>8}  {lv.verdict or '-'}{why}"
             lines.append(row)
         if sp.tolerance is None:
             lines.append("  speedup: shown, not judged")
         elif sp.passed:
-            widest = max((lv.band_pct or 0.0 for lv in sp.levels), default=0.0)
             lines.append(
-                f"  speedup: ok (no level fell beyond its band, "
-                f"{max(widest, sp.tolerance * 100):.1f}% at the widest)"
+                f"  speedup: ok (at every level the 95% interval lies above a fall of "
+                f"{sp.tolerance * 100:.1f}%)"
                 if paired
                 else f"  speedup: ok (no level fell more than {sp.tolerance * 100:.1f}%)"
             )
@@ -533,16 +238,38 @@ def render(r: MeasuredCheck) -> str:
                 f"{', '.join(map(str, sp.fell()))}"
             )
         else:
-            lines.append(
-                f"  speedup: undecided (noisy runner) at concurrency "
-                f"{', '.join(map(str, sp.undecided()))} after {sp.max_pairs} pairs: rerun"
-            )
+            lines.append(f"  speedup: {undecided_words(sp)}")
     lines.append(f" choice (stored numbers): {r.choice_reason}")
     lines.extend(f" note: {n}" for n in r.notes)
     lines.append(
         {"passed": "passed", "failed": "FAILED"}.get(r.outcome, "UNDECIDED (noisy runner): rerun")
     )
     return "\n".join(lines)
+
+
+def undecided_words(sp: SpeedupCheck) -> str:
+    """Why the speedup is undecided, and what to do: rerun (the pairs were too noisy) or measure
+    the study's noise / widen the band (the start-to-start noise alone spans the band's edge)."""
+    band = f"{(sp.tolerance or 0) * 100:.1f}%"
+    starts, rest = (
+        sp.undecided_by_starts(),
+        [c for c in sp.undecided() if c not in sp.undecided_by_starts()],
+    )
+    parts = []
+    if rest:
+        parts.append(
+            f"undecided (noisy runner): rerun; at concurrency {', '.join(map(str, rest))} the "
+            f"95% interval still spanned a fall of {band} after {sp.max_pairs} interleaved pairs"
+        )
+    if starts:
+        parts.append(
+            f"undecided at concurrency {', '.join(map(str, starts))}: the noise of the engine "
+            f"starts alone (the study's runs and the start-to-start drift) spans a fall of "
+            f"{band}, and more pairs cannot narrow it; rerun on a quiet runner, measure the "
+            f"study with repeats and measurement.drift_check, or give a wider "
+            f"--speedup-tolerance"
+        )
+    return "; ".join(parts)
 
 
 def failure_line(r: MeasuredCheck) -> str:
@@ -556,7 +283,7 @@ def failure_line(r: MeasuredCheck) -> str:
             + f" ({_f(r.acceptance.measured_length)} vs the study's "
             f"{_f(r.acceptance.study_length)})"
         )
-    if r.speedup is not None and not r.speedup.passed:
+    if r.speedup is not None and r.speedup.fell():
         why.append(
             f"speedup fell more than {(r.speedup.tolerance or 0) * 100:.1f}% at concurrency "
             f"{', '.join(map(str, r.speedup.fell()))}"
@@ -564,12 +291,7 @@ def failure_line(r: MeasuredCheck) -> str:
     if not r.choice_ok:
         why.append(r.choice_reason)
     if r.outcome == "undecided" and r.speedup is not None:
-        why.append(
-            f"undecided (noisy runner): rerun; the speedup at concurrency "
-            f"{', '.join(map(str, r.speedup.undecided()))} was neither within "
-            f"{(r.speedup.tolerance or 0) * 100:.1f}% of the study's nor decidedly below it "
-            f"after {r.speedup.max_pairs} interleaved pairs"
-        )
+        why.append(undecided_words(r.speedup))
     return f"{r.label} on vLLM {r.vllm_version}: " + "; ".join(why)
 
 

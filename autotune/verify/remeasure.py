@@ -5,8 +5,9 @@ the study (``autotune.recommend.measured``) and stored with its vLLM version.
 
 Both engines are started and held warm at once (two engine actors, idle in turn); each level is
 then measured in interleaved pairs, target then baseline, so a load that comes and goes on a
-shared runner slows both alike, and pairs are added while the shared rule
-(:func:`autotune.recommend.measured.judge_level`) says undecided, up to ``max_pairs``."""
+shared runner slows both alike, and pairs are added while the gate's rule
+(:func:`autotune.recommend.speedup_gate.judge_level`) says undecided for a reason more pairs
+can change, up to ``max_pairs``."""
 
 from __future__ import annotations
 
@@ -18,14 +19,16 @@ from autotune.engine._base import EngineConfig, Measurement, MeasureSettings
 from autotune.errors import EngineError, NoResultError, SpecError
 from autotune.recommend.measured import (
     DEFAULT_ACCEPTANCE_TOLERANCE,
-    DEFAULT_SPEEDUP_TOLERANCE_PCT,
     MODE,
-    LevelSpeedup,
     MeasuredCheck,
-    SpeedupCheck,
     compare_acceptance,
-    paired_level,
     pooled,
+)
+from autotune.recommend.speedup_gate import (
+    DEFAULT_SPEEDUP_TOLERANCE_PCT,
+    LevelSpeedup,
+    SpeedupCheck,
+    paired_level,
     speedup_band,
 )
 from autotune.store import TrialRecord
@@ -195,6 +198,13 @@ def run_interleaved(
                 level = judge(c, pairs)
                 if level.outcome != "undecided" or len(pairs) >= max_pairs:
                     break
+                if level.undecided_by == "starts":
+                    progress(
+                        f"concurrency {c}: undecided, the noise of the engine starts alone "
+                        f"(start-to-start ±{level.start_noise_pct or 0:.1f}%, and the study's "
+                        f"runs) spans the band's edge; no more pairs"
+                    )
+                    break
                 progress(f"concurrency {c}: undecided after {len(pairs)} pairs; one more")
             judged[c] = level
         for a in actors:
@@ -314,8 +324,6 @@ def check_measured(
     drift = [d.drift_pct for d in baseline_drift(rows) if d.workload == workload]
     band, noise, words = speedup_band(drift, speedup_tolerance_pct, DEFAULT_SPEEDUP_TOLERANCE_PCT)
     band_pct = 100.0 * (band or 0.0)
-    # no drift check in the study: this check's baseline start is its second start
-    widen = noise is None and speedup_tolerance_pct is None
     sampled = prepared.temperature > 0
     speed = None
     # two slots: the target and the baseline are held warm at once and measured in turn
@@ -340,7 +348,7 @@ def check_measured(
                 levels,
                 settings,
                 lambda c, pairs: paired_level(
-                    c, ref_rows, base_rows, pairs, band_pct, widen_by_drift=widen
+                    c, ref_rows, base_rows, pairs, band_pct, study_noise=noise
                 ),
                 max_pairs=max_pairs,
                 warmup_requests=m.warmup_requests,
@@ -348,20 +356,14 @@ def check_measured(
                 progress=say,
             )
             levels_judged = tuple(judged[c] for c in levels)
-            if widen:
+            if noise is None and any(lv.undecided_by == "starts" for lv in levels_judged):
                 drifts = [abs(lv.baseline_drift_pct or 0.0) for lv in levels_judged]
-                if max(drifts, default=0.0) > band_pct:
-                    notes.append(
-                        f"the baseline ran up to {max(drifts):.0f}% apart from the study's "
-                        f"(same config, another engine start): the study's one-run speedups "
-                        f"are only known that closely; measure the study again on a quiet "
-                        f"runner, with measurement.drift_check, for a tighter gate"
-                    )
-                words = (
-                    f"a tie band of {band_pct:g}% or, where wider, this check's baseline drift "
-                    f"from the study's (largest {max(drifts, default=0.0):.1f}%: the study "
-                    f"measured no start-to-start noise, and this is its baseline's second engine "
-                    f"start; --speedup-tolerance sets the band)"
+                notes.append(
+                    f"the baseline ran up to {max(drifts):.0f}% apart from the study's (same "
+                    f"config, another engine start, on this runner): the study's one-run "
+                    f"speedups are known only that closely here; measure the study with "
+                    f"measurement.drift_check on a quiet runner for a gate that holds on a "
+                    f"loaded one"
                 )
             speed = SpeedupCheck(levels_judged, band, noise, words, max_pairs)
     finally:

@@ -355,15 +355,17 @@ ANSWERING = {
     # check --measure's judging and its history lines
     "autotune.recommend.measured": {
         "DEFAULT_ACCEPTANCE_TOLERANCE",
-        "DEFAULT_SPEEDUP_TOLERANCE_PCT",
-        "LevelSpeedup",
         "MODE",
         "MeasuredCheck",
-        "SpeedupCheck",
-        "paired_level",
         "compare_acceptance",
         "history_line",
         "pooled",
+    },
+    "autotune.recommend.speedup_gate": {
+        "DEFAULT_SPEEDUP_TOLERANCE_PCT",
+        "LevelSpeedup",
+        "SpeedupCheck",
+        "paired_level",
         "speedup_band",
         "speedups",
     },
