@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -110,6 +110,7 @@ def _with_retry(
     delay = 0.1
     _RETRYING.active = True
     _RETRYING.again = False
+    _RETRYING.since = datetime.now(timezone.utc)
     try:
         while True:
             try:
@@ -135,6 +136,13 @@ def retried_call() -> bool:
     transiently, and may have committed all the same (the connection lost after the COMMIT
     reached the server), so an insert looks for the row it would write first."""
     return bool(getattr(_RETRYING, "again", False))
+
+
+def retry_since() -> datetime:
+    """When the first attempt of the retried store call running in this thread began (its
+    rows' ``created_at`` are no earlier: this process's clock stamped both)."""
+    since = getattr(_RETRYING, "since", None)
+    return since if isinstance(since, datetime) else datetime.min.replace(tzinfo=timezone.utc)
 
 
 def _retried(method: Callable[..., Any]) -> Callable[..., Any]:

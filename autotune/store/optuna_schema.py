@@ -13,7 +13,6 @@ should an Optuna upgrade move one; at run time a missing one falls back to Optun
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -21,8 +20,9 @@ from sqlalchemy import Engine, func, insert, inspect, select, text
 from sqlalchemy.exc import SQLAlchemyError
 
 from autotune.errors import StoreError
-from autotune.store.connection import _is_transient, _sqlite_path, _with_retry, schema_lock
-from autotune.store.urls import masked_url
+from autotune.store.connection import _sqlite_path, schema_lock
+from autotune.store.optuna_retry import OPTUNA_CALLS as _OPTUNA_CALLS  # noqa: F401 (tests read it here)
+from autotune.store.optuna_retry import _retrying_rdb
 
 OPTUNA_MODELS_NEEDED = ("BaseModel", "VersionInfoModel", "SCHEMA_VERSION")
 """The names of Optuna's private ``optuna.storages._rdb.models`` that the fast path reads."""
@@ -30,7 +30,8 @@ OPTUNA_MODELS_NEEDED = ("BaseModel", "VersionInfoModel", "SCHEMA_VERSION")
 
 def open_storage(url: str, **kwargs: Any) -> Any:
     """Optuna's ``RDBStorage`` on the store at ``url`` whose tables exist (:func:`ensure_schema`
-    first), its calls retried while the store is transiently lost."""
+    first), its calls retried while the store is transiently lost, each write stored once
+    (:mod:`autotune.store.optuna_retry`)."""
     import optuna
 
     if url.startswith("sqlite"):
@@ -75,62 +76,6 @@ def _optuna_rdb(optuna: Any, url: str, **kwargs: Any) -> Any:
         storage.engine.dispose()
         storage = rdb(url, **kwargs)
     return storage
-
-
-_OPTUNA_CALLS = (
-    "create_new_study",
-    "delete_study",
-    "set_study_user_attr",
-    "set_study_system_attr",
-    "get_study_id_from_name",
-    "get_study_name_from_id",
-    "get_study_directions",
-    "get_study_user_attrs",
-    "get_study_system_attrs",
-    "get_all_studies",
-    "create_new_trial",
-    "set_trial_param",
-    "get_trial_id_from_study_id_trial_number",
-    "get_trial_number_from_id",
-    "get_trial_param",
-    "set_trial_state_values",
-    "set_trial_intermediate_value",
-    "set_trial_user_attr",
-    "set_trial_system_attr",
-    "get_trial",
-    "get_all_trials",
-    "get_n_trials",
-    "get_best_trial",
-    "record_heartbeat",
-)
-"""The RDBStorage calls run again while the store is transiently lost (as the store's own are:
-:func:`autotune.store.connection._retried`)."""
-
-
-@functools.cache
-def _retrying_rdb(optuna: Any) -> Any:
-    """Optuna's RDBStorage whose calls are retried while the store is transiently lost (Optuna
-    turns the database's error into StorageInternalError, the cause kept)."""
-    base = optuna.storages.RDBStorage
-
-    def transient(exc: Exception) -> bool:
-        return isinstance(exc, optuna.exceptions.StorageInternalError) and _is_transient(
-            exc.__cause__
-        )
-
-    def retrying(name: str) -> Callable[..., Any]:
-        call = getattr(base, name)
-
-        @functools.wraps(call)
-        def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
-            return _with_retry(lambda: call(self, *args, **kwargs), masked_url(self.url), transient)
-
-        return wrapper
-
-    names = {name: retrying(name) for name in _OPTUNA_CALLS if callable(getattr(base, name, None))}
-    cls = type("RetryingRDBStorage", (base,), {"__module__": __name__, **names})
-    globals()["RetryingRDBStorage"] = cls  # found by name, should anything pickle a storage
-    return cls
 
 
 _OPTUNA_SCRIPT: list[Any] = []

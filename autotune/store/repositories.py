@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 from autotune.engine._base import EngineConfig, EngineInfo, Measurement
 from autotune.errors import NotFoundError, SpecError, StoreError
 from autotune.store.connection import _dialect, db_now, retried_call
+from autotune.store.landed import landed_study, landed_verification
 from autotune.store.leases import LeaseRepository
 from autotune.store.records import (
     FINISHED_STATES,
@@ -61,7 +62,18 @@ class Repositories(LeaseRepository):
             with self.session() as s:
                 conn = s.connection()
                 existing = conn.execute(select(_STUDY.c.id).where(_STUDY.c.name == name)).scalar()
+                values = {
+                    "name": name,
+                    "description": description,
+                    "model_alias": model_alias,
+                    "model": model,
+                    "source": source,
+                    "resolved_json": resolved_json,
+                    "optuna_study_name": f"autotune:{name}",
+                }
                 if existing is not None:
+                    if retried_call() and (mine := landed_study(conn, existing, values)):
+                        return self._study_record(s, mine)  # the first attempt landed
                     if not replace:
                         raise SpecError(
                             f"study {name!r} already exists (use --replace, or `autotune study "
@@ -70,18 +82,7 @@ class Repositories(LeaseRepository):
                             field="name",
                         )
                     conn.execute(delete(_STUDY).where(_STUDY.c.id == existing))
-                inserted = conn.execute(
-                    insert(_STUDY),
-                    {
-                        "name": name,
-                        "description": description,
-                        "model_alias": model_alias,
-                        "model": model,
-                        "source": source,
-                        "resolved_json": resolved_json,
-                        "optuna_study_name": f"autotune:{name}",
-                    },
-                )
+                inserted = conn.execute(insert(_STUDY), values)
                 # The row as written, its defaults (status, times) included: no read back.
                 written = cast(Mapping[str, Any], inserted.last_inserted_params())
                 row = {**written, "id": _new_id(inserted)}
@@ -422,20 +423,20 @@ class Repositories(LeaseRepository):
         result: Mapping[str, Any],
         vllm_version: str | None,
     ) -> None:
-        """Store one ``autotune verify`` result with its study."""
+        """Store one ``autotune verify`` result with its study (once, when a retry finds
+        its first attempt stored it)."""
+        values = {
+            "study_id": study.id,
+            "workload": workload,
+            "mode": mode,
+            "passed": passed,
+            "tolerance": tolerance,
+            "result": dict(result),
+            "vllm_version": vllm_version,
+        }
         with self.session() as s:
-            s.connection().execute(
-                insert(_VERIFICATION),
-                {
-                    "study_id": study.id,
-                    "workload": workload,
-                    "mode": mode,
-                    "passed": passed,
-                    "tolerance": tolerance,
-                    "result": dict(result),
-                    "vllm_version": vllm_version,
-                },
-            )
+            if not (retried_call() and landed_verification(s.connection(), values)):
+                s.connection().execute(insert(_VERIFICATION), values)
 
     def verifications(self, study: StudyRecord, workload: str | None = None) -> list[Any]:
         """The study's verifications, oldest first: ``(created_at, result JSON)`` pairs."""

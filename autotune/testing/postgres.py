@@ -291,8 +291,8 @@ def quiet(url: str) -> bool:
 class LostCommitAck:
     """A TCP proxy on 127.0.0.1 in front of a PostgreSQL server that loses the acknowledgement
     of a committed measurement: after :meth:`arm` (``after`` = k), the k-th ``COMMIT`` of a
-    transaction that inserted into ``autotune_measurements`` (or ``table``) reaches the server, which commits
-    it, but the connection is cut where the server's ``CommandComplete COMMIT`` would go back,
+    transaction that inserted into ``autotune_measurements`` (or ``table``, or sent
+    ``statement``) reaches the server, which commits it, but the connection is cut where the server's ``CommandComplete COMMIT`` would go back,
     so the client sees a lost connection for a write that landed.
 
     The proxy reads the wire protocol (v3, no TLS: connect with ``sslmode=disable`` and
@@ -301,12 +301,16 @@ class LostCommitAck:
     ``Parse`` of an unnamed statement, or in the ``Bind`` of a statement prepared from one.
     """
 
-    def __init__(self, server_port: int, table: str = "autotune_measurements") -> None:
+    def __init__(
+        self, server_port: int, table: str = "autotune_measurements", statement: str | None = None
+    ) -> None:
         import threading
 
         self.server_port = server_port
-        self.insert = f"INSERT INTO {table}".encode()
-        """What a transaction whose ack is lost sends (``table``: another table's inserts)."""
+        self.insert = (statement or f"INSERT INTO {table}").encode()
+        """What a transaction whose ack is lost sends (``table``: another table's inserts;
+        ``statement``: any other statement's start, as sent, e.g. Optuna's
+        ``UPDATE trials SET state=$1, datetime_complete``)."""
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port = int(self._listener.getsockname()[1])
         self._lock = threading.Lock()

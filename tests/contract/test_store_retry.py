@@ -82,3 +82,71 @@ def test_a_write_whose_commit_ack_was_lost_is_stored_once(
         assert outcome(store, "ack") == reference
     finally:
         store.dispose()
+
+
+@pytest.mark.parametrize("replace", [False, True])
+def test_a_study_whose_creation_ack_was_lost_is_created_once(
+    postgres_server: PostgresServer,
+    study: tuple[dict[str, Any], Path, Outcome, int],
+    replace: bool,
+) -> None:
+    """Retried after its row landed, ``study create`` said ``study 'ack' already exists``
+    (exit 2) for the study it had just made; with ``--replace`` it replaced that one."""
+    data, land, reference, _ = study
+    url = postgres_server.fresh_url()
+    if replace:  # a study of that name is there, to be replaced
+        store = Store(url)
+        api.create_study(store, data=data, source=str(land))
+        store.dispose()
+    proxy = LostCommitAck(postgres_server.port, "autotune_studies")
+    proxied = Store(proxy.url(url))
+    try:
+        proxy.arm(1)
+        made = api.create_study(proxied, data=data, source=str(land), replace=replace)
+    finally:
+        proxied.dispose()
+        proxy.close()
+    assert proxy.dropped == 1
+    store = Store(url)
+    try:
+        assert [(s.name, s.id, s.status) for s in store.list_studies()] == [
+            ("ack", made.study.id, "created")
+        ]
+        api.run_study(store, "ack")
+        assert outcome(store, "ack") == reference
+    finally:
+        store.dispose()
+
+
+def test_a_verification_whose_ack_was_lost_is_stored_once(
+    postgres_server: PostgresServer, study: tuple[dict[str, Any], Path, Outcome, int]
+) -> None:
+    """Retried after its row landed, ``verify`` stored its result twice. Two equal results
+    saved one after the other are both kept: only a retry looks for its own row."""
+    data, land, _, _ = study
+    url = postgres_server.fresh_url()
+    store = Store(url)
+    api.create_study(store, data=data, source=str(land))
+    record = store.get_study("ack")
+    proxy = LostCommitAck(postgres_server.port, "autotune_verifications")
+    proxied = Store(proxy.url(url))
+    saved = {
+        "workload": data["workloads"][0],
+        "mode": "serve",
+        "passed": True,
+        "tolerance": 0.1,
+        "result": {"levels": [{"concurrency": 1, "ratio": 1.02}]},
+        "vllm_version": "0.11.0",
+    }
+    try:
+        proxy.arm(1)
+        proxied.save_verification(record, **saved)
+        assert proxy.dropped == 1
+        proxied.save_verification(record, **saved)  # a second verify, its result the same
+    finally:
+        proxied.dispose()
+        proxy.close()
+    try:
+        assert [r for _, r in store.verifications(record)] == [saved["result"]] * 2
+    finally:
+        store.dispose()

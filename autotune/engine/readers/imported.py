@@ -33,6 +33,9 @@ class ImportedSweep:
 
     tool: str
     """:data:`VLLM_SWEEP` or :data:`SGLANG_BENCH`."""
+    label: str
+    """The reading reader's short name of its tool (``sweep``, ``sglang``): the stored
+    provenance reads ``imported LABEL:NAME`` in place of a vLLM version."""
     path: Path
     """The sweep directory or result file, absolute."""
     model: str
@@ -41,10 +44,9 @@ class ImportedSweep:
     def engine_info(self) -> EngineInfo:
         """The provenance stored with every imported measurement: the tool and the source in
         place of a vLLM version and a device (neither tool records them)."""
-        short = "sweep" if self.tool == VLLM_SWEEP else "sglang"
         return EngineInfo(
             engine_start_s=0.0,
-            vllm_version=f"imported {short}:{self.path.name}"[:64],
+            vllm_version=f"imported {self.label}:{self.path.name}"[:64],
             device_name=f"{self.tool} output {self.path}"[:256],
             device_arch="imported",
             platform="imported",

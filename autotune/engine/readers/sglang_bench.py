@@ -128,7 +128,9 @@ def read_sglang_bench(
             field="model_path",
         )
     check_cells(runs, source)
-    return ImportedSweep(tool=SGLANG_BENCH, path=file, model=models.pop(), runs=tuple(runs))
+    return ImportedSweep(
+        tool=SGLANG_BENCH, label="sglang", path=file, model=models.pop(), runs=tuple(runs)
+    )
 
 
 def _number(record: dict[str, Any], key: str, source: str, at: str) -> float:

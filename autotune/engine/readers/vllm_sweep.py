@@ -91,7 +91,9 @@ def read_vllm_sweep(
             field="model_id",
         )
     check_cells(runs, str(path))
-    return ImportedSweep(tool=VLLM_SWEEP, path=root, model=models.pop(), runs=tuple(runs))
+    return ImportedSweep(
+        tool=VLLM_SWEEP, label="sweep", path=root, model=models.pop(), runs=tuple(runs)
+    )
 
 
 def _run(
