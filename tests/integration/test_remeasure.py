@@ -36,20 +36,21 @@ def test_check_measure_passes_on_the_recommended_config(
     # "off" may win on two CPU cores: then the n-gram config is deployed and the stored-choice
     # gate is widened so that only the measured comparison decides.
     widen = [] if rec.speculative_config else ["--tolerance", "1000"]
-    # The band is wider than a CPU runner's start-to-start noise (one engine start's
-    # throughput moves 10-25 % from the next here; the study's drift check measures it and the
-    # gate's interval carries it, sqrt(2) times over): at 10 % such a study is undecided by its
-    # starts alone. The pairs, the study's runs and its drift still decide each level: it
-    # passes only where the whole interval lies above a fall of 50 %.
+    # The band is wider than a CPU runner's noise: one engine start's throughput moves 10-25 %
+    # from the next here (the study's drift check measured 14-23 % at concurrency 1 on this
+    # test's runs), and the gate's interval carries it sqrt(2) times over, so a 10 % band is
+    # undecided by the starts alone and a 50 % one passed with 2 % to spare. The pairs, the
+    # study's runs and its drift still decide each level: it passes only where the whole 95 %
+    # interval of now/study lies above a fall of 75 %.
     code, out, err = _run(
         deploy_study.db, "check", "--model", "tiny", "--workload", "code", "--config",
-        json.dumps(deployed), "--measure", "--speedup-tolerance", "50", *widen,
+        json.dumps(deployed), "--measure", "--speedup-tolerance", "75", *widen,
     )  # fmt: skip
     print(out, err[-3000:])
     assert code == 0, out + err[-2000:]
     assert "acceptance: ok" in out and "judged exactly, temperature 0" in out
     assert "interleaved target/baseline pairs" in out and "speedup: ok" in out
-    assert "a fall of 50% (--speedup-tolerance)" in out and "the study's drift check" in out
+    assert "a fall of 75% (--speedup-tolerance)" in out and "the study's drift check" in out
     levels = [line.split() for line in out.splitlines() if line.strip().startswith(("1 ", "2 "))]
     assert levels and all(row[-1] == "held" and row[-3].startswith("±") for row in levels), out
     data = verifying.check_history_lines(deploy_study.store, deploy_study.store.get_study("deploy"))
