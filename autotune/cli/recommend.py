@@ -172,7 +172,9 @@ def recommend(
     So is a level whose baseline drifted more than the study's measurement.precision_pct
     between its two runs (the drift check; "baseline_drift" in --json, "drift %" in --explain).
     --explain also lists the engine starts behind each level's answer, the drift check's and
-    the confirmation starts' (measurement.confirm_starts) tagged.
+    the confirmation starts' (measurement.confirm_starts) tagged, and for each measured method
+    with a published acceptance curve for the model, that curve's AL at every measured N, scaled
+    by the other measured N, against the AL measured there (the search's acceptance prior).
 
     A level is a tie when the winner's margin over another config is inside their combined
     95% confidence intervals of the median: the preferred of them (off, then the smaller N) is
@@ -496,6 +498,10 @@ def _explain(rec: Any) -> None:
         con.print(
             "acceptance per position  " + " ".join(f"{a:.2f}" for a in best.acceptance_per_pos)
         )
+    from autotune.search.acceptance_prior import explain_lines
+
+    for line in explain_lines(rec.model, rec.model_alias, rec.workload, rec.rows):
+        con.print(line, markup=False)  # each published prior's error at the measured N
     rows = [r for r in rec.rows if r.trial_id in best.trial_ids] or list(rec.rows)
     r0 = rows[0]
     con.print(

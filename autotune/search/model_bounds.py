@@ -18,6 +18,14 @@ from autotune.engine._base import EngineConfig
 from autotune.evidence.decide import PRACTICAL_TIE_PCT
 from autotune.evidence.objectives import METRICS, study_slo
 from autotune.perf import PerfModel, Point
+from autotune.search.acceptance_prior import (
+    AcceptancePrior,
+    PriorFit,
+    best_fit,
+    measured_accepted,
+    priors_for,
+    ranked_throughput,
+)
 from autotune.search.model_points import Level, _as_method
 from autotune.search.model_state import StrategyState
 from autotune.search.space import Option
@@ -79,6 +87,7 @@ class ModelBounds:
         screen_sigmas: float = 3.0,
         close_call_cells: int | None = None,
         curves: Mapping[str, Sequence[AcceptanceCurve]] | None = None,
+        priors: Mapping[str, Sequence[AcceptancePrior]] | None = None,
     ) -> None:
         if min(margin_pct, noise_floor_pct, prior_slack_pct, screen_sigmas) < 0:
             raise ValueError(
@@ -104,6 +113,12 @@ class ModelBounds:
             acceptance_curves(study.model, study.model_alias) if curves is None else dict(curves)
         )
         """Published acceptance curves by method: the order of the first batch only."""
+        self._priors: dict[str, list[AcceptancePrior]] = (
+            {} if priors is None else {m: list(p) for m, p in priors.items()}
+        )
+        self._own_priors = priors is None
+        """Per-position acceptance priors by method (:mod:`autotune.search.acceptance_prior`;
+        None: the catalog's and published.yaml's for the study's model, read when first asked)."""
         self._cancelled: dict[str, str] = {}
         """Config key -> why its running engine was stopped early: handed to the tuner, which
         asks :meth:`cancel_reason` as soon as :meth:`next_cell` returned None and stores the
@@ -162,9 +177,13 @@ class ModelBounds:
         slack: float = 1.0,
         force: bool = False,
         ratios: Mapping[Level, float] | None = None,
+        priors: Mapping[str, PriorFit] | None = None,
     ) -> Candidate | None:
         """A candidate when the model's upper bound beats some level's best (or ``force``);
-        levels where the bound cannot meet the SLO's p99 TPOT are not counted."""
+        levels where the bound cannot meet the SLO's p99 TPOT are not counted. Where the
+        model extrapolates the config's acceptance and a workload has a prior (``priors``),
+        the centre its gain is ranked by takes the prior's E(n) instead
+        (:func:`~autotune.search.acceptance_prior.ranked_throughput`); its bounds stay the model's."""
         best_gain, best_upside, where = -math.inf, -math.inf, None
         winning: set[Level] = set()
         for level in levels:
@@ -178,7 +197,8 @@ class ModelBounds:
                 winning.add(level)
                 gain = upside = math.inf
             else:
-                gain, upside = pred.throughput_tok_s / inc, pred.high * slack / inc
+                centre = ranked_throughput(option.method, n, pred, (priors or {}).get(w))
+                gain, upside = centre / inc, pred.high * slack / inc
                 if upside > 1 + self.margin_pct / 100:
                     winning.add(level)
             if gain > best_gain:
@@ -194,6 +214,22 @@ class ModelBounds:
             "model" if winning else "neighbor",
             frozenset(winning),
         )
+
+    def _prior_fits(
+        self, method: str, rows: Sequence[MeasurementRecord], workloads: Iterable[str]
+    ) -> dict[str, PriorFit]:
+        """Per workload, the best prior of ``method`` fitted to ``rows`` (one option's rows)."""
+        if self._own_priors and method not in self._priors:
+            self._priors[method] = priors_for(self.study.model, self.study.model_alias, method)
+        priors = self._priors.get(method, [])
+        if not priors:
+            return {}
+        out = {}
+        for w in workloads:
+            fit = best_fit(priors, measured_accepted(r for r in rows if r.workload == w))
+            if fit is not None:
+                out[w] = fit
+        return out
 
     def _incumbent(
         self,

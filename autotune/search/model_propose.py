@@ -199,12 +199,15 @@ class ModelProposer(ModelBounds):
                 continue
             mine = {n: cells.get(config_id(c.speculative_config()), {}) for n, c in configs.items()}
             models = {w: self._fit(option, mine, base_cells, w, noise) for w in workloads}
-            fitted.append((option, configs, mine, models))
+            ids = {config_id(c.speculative_config()) for c in configs.values()}
+            own = [r for r in rows if config_id(r.speculative_config) in ids]
+            fits = self._prior_fits(option.method, own, workloads)
+            fitted.append((option, configs, mine, models, fits))
         # Configs still running count as measured at their predicted throughput ("believer"
         # batching, as batch Bayesian optimization proposes several points at once): a second
         # proposal made while they run must beat what they are expected to reach, so parallel
         # slots are not spent on configs that only matter if a running one disappoints.
-        for option, configs, _, models in fitted if believe else ():
+        for option, configs, _, models, _ in fitted if believe else ():
             for n, config in configs.items():
                 if config.key() not in state.in_flight or config.key() == (
                     include.key() if include else None
@@ -215,7 +218,7 @@ class ModelProposer(ModelBounds):
                     if pred is not None and pred.known and (w, c) in incumbent:
                         incumbent[(w, c)] = max(incumbent[(w, c)], pred.throughput_tok_s)
         found: dict[str, Candidate] = {}
-        for option, configs, mine, models in fitted:
+        for option, configs, mine, models, fits in fitted:
             open_n = [n for n, c in configs.items() if c.key() not in taken]
             # With one N measured, the split of the step cost into fixed and per-token parts
             # (and any knee) is a prior: its range is widened by prior_slack.
@@ -235,7 +238,15 @@ class ModelProposer(ModelBounds):
 
             for n in open_n:
                 cand = self._by_model(
-                    configs[n], option, n, open_at(n), models, incumbent, slack, ratios=ratios
+                    configs[n],
+                    option,
+                    n,
+                    open_at(n),
+                    models,
+                    incumbent,
+                    slack,
+                    ratios=ratios,
+                    priors=fits,
                 )
                 if cand is not None:
                     found[cand.config.key()] = cand
@@ -257,6 +268,7 @@ class ModelProposer(ModelBounds):
                         slack,
                         force=True,
                         ratios=ratios,
+                        priors=fits,
                     )
                     assert cand is not None
                     found[key] = dataclasses.replace(
