@@ -311,6 +311,14 @@ def report_study(
     return build(store, name, html=html, png_dir=png_dir, csv=csv, parquet=parquet)
 
 
+def acceptance_prior_lines(rec: Recommendation) -> list[str]:
+    """``recommend --explain``'s lines on the search's acceptance priors for ``rec``'s model
+    and workload: each published curve's scale and its prediction error at the measured N."""
+    from autotune.search.acceptance_prior import explain_lines
+
+    return explain_lines(rec.model, rec.model_alias, rec.workload, rec.rows)
+
+
 def degenerate_lines(store: Store, study: str) -> list[str]:
     """One line per cell of the study whose replies were mostly loops."""
     from autotune.report.study import degenerate_lines as lines

@@ -498,9 +498,9 @@ def _explain(rec: Any) -> None:
         con.print(
             "acceptance per position  " + " ".join(f"{a:.2f}" for a in best.acceptance_per_pos)
         )
-    from autotune.search.acceptance_prior import explain_lines
+    from autotune import api
 
-    for line in explain_lines(rec.model, rec.model_alias, rec.workload, rec.rows):
+    for line in api.acceptance_prior_lines(rec):
         con.print(line, markup=False)  # each published prior's error at the measured N
     rows = [r for r in rec.rows if r.trial_id in best.trial_ids] or list(rec.rows)
     r0 = rows[0]
