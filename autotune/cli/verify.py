@@ -41,6 +41,15 @@ from autotune.cli._common import (
     "routing by load (plain above the crossing concurrency).",
 )
 @click.option(
+    "--table",
+    "table",
+    default=None,
+    metavar="CONFIG",
+    help="Verify this Dynamic SD config instead of the recommended table (implies --dsd): a "
+    "--speculative-config with num_speculative_tokens_per_batch_size, inline JSON, a JSON or "
+    "YAML file, or '-' for stdin; its method must be one the study measured.",
+)
+@click.option(
     "--tolerance",
     "tolerance_pct",
     type=POSITIVE_FLOAT,
@@ -72,6 +81,7 @@ def verify(
     workload: str,
     study_name: str | None,
     dsd: bool,
+    table: str | None,
     tolerance_pct: float,
     repeats: int,
     workdir: Path | None,
@@ -87,7 +97,8 @@ def verify(
     --speculative-config): per level the table against off by the shared rule
     (docs/answers.md), and the answer: the table where its N=0 bands are within noise of off,
     else the speculative deployment below the crossing concurrency and a plain one above it
-    (route by load); the fixed N against off is stored as its own verification too. The
+    (route by load); the fixed N against off is stored as its own verification too.
+    --table serves the Dynamic SD config you deploy instead of the recommended table. The
     result is stored with the study (`report`, `check` and `recommend --format dsd` show
     it). Exit 1 when a level's server-path speedup differs from the study's by more than
     --tolerance.
@@ -96,6 +107,7 @@ def verify(
     Example:
       autotune verify --model tiny --workload code
       autotune verify --model tiny --workload code --dsd --repeats 2 --tolerance 15
+      autotune verify --model tiny --workload code --repeats 2 --table deployed-dsd.json
     """
     from autotune.verify import verify as verify_recommendation
     from autotune.verify.compare import render
@@ -105,7 +117,8 @@ def verify(
         model,
         workload,
         study=study_name,
-        dsd=dsd,
+        dsd=dsd or table is not None,
+        table=table,
         tolerance_pct=tolerance_pct,
         repeats=repeats,
         workdir=workdir,

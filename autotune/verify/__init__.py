@@ -26,12 +26,14 @@ def verify(
     *,
     study: str | None = None,
     dsd: bool = False,
+    table: str | None = None,
     tolerance_pct: float = 10.0,
     repeats: int = 1,
     workdir: Path | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> Any:
-    """Serve the recommendation (or, ``dsd``, its Dynamic SD table) with ``vllm serve``, measure
+    """Serve the recommendation (``dsd``: its Dynamic SD table; ``table``: the Dynamic SD config
+    given as ``check --config`` takes one) with ``vllm serve``, measure
     it and its reference with ``vllm bench serve`` at each of the study's concurrency levels,
     store the comparison with the study and return it (``autotune.verify.compare.Verification``;
     ``.passed`` is False when a level's server-path speedup differs from the study's by more
@@ -44,6 +46,7 @@ def verify(
         workload,
         study=study,
         dsd=dsd,
+        table=table,
         tolerance=tolerance_pct / 100.0,
         repeats=repeats,
         workdir=workdir,

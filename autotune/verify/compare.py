@@ -155,10 +155,15 @@ class Verification:
         return cls(**fields)
 
 
-def table_n_at(table: Sequence[Sequence[int]], concurrency: int) -> int:
-    """The N a ``num_speculative_tokens_per_batch_size`` table runs at ``concurrency``
-    (vLLM's lookup: the row whose ``[lo, hi]`` holds the batch size; 0 past the last row)."""
-    return next((int(row[2]) for row in table if row[0] <= concurrency <= row[1]), 0)
+def table_n_at(table: Sequence[Sequence[int]], concurrency: int, cap: int | None = None) -> int:
+    """The N a ``num_speculative_tokens_per_batch_size`` table runs at batch size
+    ``concurrency``, by vLLM's lookup (``build_dynamic_sd_schedule_lookup``,
+    vllm/v1/spec_decode/dynamic/utils.py): the row whose ``[lo, hi]`` holds it; in a gap between
+    rows or past the last one, the N of the row before carries forward; never above ``cap``
+    (the config's ``num_speculative_tokens``)."""
+    rows = sorted(table, key=lambda row: row[0])
+    n = next((int(row[2]) for row in reversed(rows) if row[0] <= concurrency), 0)
+    return n if cap is None else min(n, cap)
 
 
 def off_verdict(table_runs: Sequence[float], off_runs: Sequence[float]) -> tuple[float, str]:

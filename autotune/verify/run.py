@@ -128,17 +128,65 @@ def plan_fixed(rec: Any, trials: Sequence[TrialRecord], seed: int) -> Plan:
     )
 
 
-def plan_dsd(rec: Any, trials: Sequence[TrialRecord], seed: int) -> Plan:
-    """The Dynamic SD table vs the best fixed N. The study's number for the table at a level is
-    that of the fixed config the table runs there (its N, or the baseline where N is 0)."""
+def given_table(value: str, rec: Any, trials: Sequence[TrialRecord]) -> dict[str, Any]:
+    """``verify --table``: a Dynamic SD ``--speculative-config`` (inline JSON, a JSON or YAML
+    file, or ``-``, as ``check --config`` reads it) to serve instead of the recommended table.
+    Its table is read by vLLM's own parser; its method must be one the study measured, whose
+    engine (draft, knobs) it is served on. Raises SpecError (exit 2) before any server starts."""
+    from autotune.engine.vllm.args import dsd_schedule
+    from autotune.recommend.normalize import parse_config_text, read_config_arg
+
+    text, source = read_config_arg(value)
+    source = "--table" if source == "--config" else source
+    config = parse_config_text(text, source)
+    if config is None or "num_speculative_tokens_per_batch_size" not in config:
+        raise SpecError(
+            "expected a --speculative-config with num_speculative_tokens_per_batch_size "
+            '(e.g. {"method": "ngram", "num_speculative_tokens": 2, '
+            '"num_speculative_tokens_per_batch_size": [[1, 1, 2], [2, 64, 0]]})',
+            source=source,
+        )
+    config = dict(config)
+    table = dsd_schedule(config["num_speculative_tokens_per_batch_size"], source)
+    largest = max(row[2] for row in table)
+    if largest < 1:
+        raise SpecError(
+            "the table drafts at no batch size (every N is 0): that is a plain deployment",
+            source=source,
+            field="num_speculative_tokens_per_batch_size",
+        )
+    config["num_speculative_tokens_per_batch_size"] = table
+    config.setdefault("num_speculative_tokens", largest)
+    method = config["method"]
+    if not any(
+        t.state == "complete" and t.speculative_config and t.method == method for t in trials
+    ):
+        raise SpecError(
+            f"study {rec.study.name!r} measured no {method} config: the table is served on "
+            "the engine of a measured config of its method",
+            source=source,
+            field="method",
+        )
+    return config
+
+
+def plan_dsd(
+    rec: Any, trials: Sequence[TrialRecord], seed: int, given: dict[str, Any] | None = None
+) -> Plan:
+    """The Dynamic SD table (``given``, else the recommended one) vs the best fixed N. The
+    study's number for the table at a level is that of the fixed config the table runs there
+    (its N, or the baseline where N is 0)."""
     from autotune.engine.vllm.args import resolve_ref
     from autotune.recommend.render import dsd_config
     from autotune.verify.server import engine_kwargs
 
-    dsd = dsd_config(rec.per_level)
+    dsd = given if given is not None else dsd_config(rec.per_level)
     best = rec.choice.best
     if dsd is None:
-        raise NoResultError("speculation wins at no level: there is no Dynamic SD table to verify")
+        raise NoResultError(
+            "speculation wins at no level: there is no Dynamic SD table to verify (give one "
+            "with --table)"
+        )
     if best.is_baseline:
         # off is the one config for all levels, yet a level drafts in the table: the fixed
         # reference is the best drafting config (what plan_fixed serves then)
@@ -162,10 +210,10 @@ def plan_dsd(rec: Any, trials: Sequence[TrialRecord], seed: int) -> Plan:
     target["speculative_config"] = spec
     numbers = {}
     for choice in rec.per_level:
-        n = next(
-            row[2]
-            for row in dsd["num_speculative_tokens_per_batch_size"]
-            if row[0] <= choice.concurrency <= row[1]
+        n = table_n_at(
+            dsd["num_speculative_tokens_per_batch_size"],
+            choice.concurrency,
+            dsd.get("num_speculative_tokens"),
         )
         if n == 0:
             t = choice.baseline
@@ -250,14 +298,16 @@ def verify(
     *,
     study: str | None = None,
     dsd: bool = False,
+    table: str | None = None,
     tolerance: float = DEFAULT_TOLERANCE,
     repeats: int = 1,
     workdir: Path | None = None,
     progress: Progress | None = None,
 ) -> Verification:
     """Verify the recommendation for (model, workload) through vLLM's server and benchmark
-    client; store the result with the study. Raises SpecError for bad input before any server
-    starts."""
+    client (``dsd``: its Dynamic SD table; ``table``: the Dynamic SD config given, see
+    :func:`given_table`); store the result with the study. Raises SpecError for bad input
+    before any server starts."""
     from autotune.api import recommend
     from autotune.verify.server import scratch_dir
 
@@ -276,7 +326,10 @@ def verify(
         )
     trials = store.trials(rec.study)
     seed = resolved.spec.seed
-    plan = plan_dsd(rec, trials, seed) if dsd else plan_fixed(rec, trials, seed)
+    if table is not None:
+        plan = plan_dsd(rec, trials, seed, given_table(table, rec, trials))
+    else:
+        plan = plan_dsd(rec, trials, seed) if dsd else plan_fixed(rec, trials, seed)
     prepared = prepare_study_workload(resolved, workload)
     notes: list[str] = []
     if prepared.digest != rec.choice.workload_digest:
@@ -319,18 +372,20 @@ def verify(
     off_cmd = ""
     if plan.off is not None and plan.study_off is not None and plan.fixed is not None:
         off_cmd, off_runs = served[2]
-        table = plan.target["speculative_config"]["num_speculative_tokens_per_batch_size"]
+        table_config: dict[str, Any] = plan.target["speculative_config"]
+        rows = table_config["num_speculative_tokens_per_batch_size"]
         checks = [
             _against_off(
                 lv,
-                table,
+                rows,
+                table_config.get("num_speculative_tokens"),
                 target_runs[lv.concurrency],
                 off_runs[lv.concurrency],
                 plan.study_off.get(lv.concurrency),
             )
             for lv in checks
         ]
-        answer = dsd_answer(table, checks)
+        answer = dsd_answer(rows, checks)
         # the fixed N against off through the same servers: the fixed verification, stored too
         fixed = plan.fixed
         fixed_result = Verification(
@@ -386,6 +441,7 @@ def _level(
 def _against_off(
     lv: LevelCheck,
     table: Sequence[Sequence[int]],
+    cap: int | None,
     table_runs: Sequence[ServerRun],
     off_runs: Sequence[ServerRun],
     study_off: float | None,
@@ -396,7 +452,7 @@ def _against_off(
     )
     return replace(
         lv,
-        table_n=table_n_at(table, lv.concurrency),
+        table_n=table_n_at(table, lv.concurrency, cap),
         study_off_tok_s=study_off,
         server_off_tok_s=median_or_none([x.output_tok_s for x in off_runs]),
         off_margin_pct=margin,

@@ -47,24 +47,34 @@ def _verify(db: Path, *args: str) -> tuple[int, str, str]:
 
 def test_verify_serves_the_recommendation(deploy_study: Any, tmp_path: Path) -> None:
     """On the session's deploy study (baseline + n-gram N=2 at concurrency 1 and 2): `verify
-    --dsd` serves the Dynamic SD table, the best fixed N and true off (three servers), judges
-    the table against off at each level, stores that verdict and, from the same servers, the
-    fixed N's verification against off. When the study's answer is off at every level there is
-    no table: plain `verify` then serves the best drafting config against off."""
+    --dsd` serves a Dynamic SD table, the best fixed N and true off (three servers), judges the
+    table against off at each level, stores that verdict and, from the same servers, the fixed
+    N's verification against off. The table is the recommended one where it has a 0-band;
+    otherwise (the study answers one config at both levels) the test gives one with `--table`:
+    the measured n-gram config at c=1 and N=0 at c=2, the band that runs the drafter while
+    drafting nothing."""
     db, store = deploy_study.db, deploy_study.store
-    table = render.dsd_config(api.recommend(store, "tiny", "code").per_level)
-    dsd = ["--dsd", "--repeats", "2"] if table is not None else []
-    code, out, err = _verify(db, "--workdir", str(tmp_path / "work"), *dsd)
+    recommended = render.dsd_config(api.recommend(store, "tiny", "code").per_level)
+    if recommended is not None and any(
+        row[2] == 0 for row in recommended["num_speculative_tokens_per_batch_size"]
+    ):
+        table, args = recommended, ["--dsd"]
+    else:
+        n = deploy_study.ngram["num_speculative_tokens"]
+        table = {
+            **deploy_study.ngram,
+            "num_speculative_tokens_per_batch_size": [[1, 1, n], [2, 2, 0]],
+        }
+        args = ["--table", json.dumps(table)]
+    code, out, err = _verify(db, "--workdir", str(tmp_path / "work"), "--repeats", "2", *args)
     assert code in (0, 1), err[-2000:]
     assert "server tok/s" in out and "concurrency" in out
     stored = dict(
         (v.mode, v) for _, v in verifying.verifications(store, store.get_study("deploy"), "code")
     )
-    assert set(stored) == ({"fixed", "dsd"} if dsd else {"fixed"})
+    assert set(stored) == {"fixed", "dsd"}
     v = stored["fixed"]
     assert isinstance(v, Verification)
-    if not dsd:
-        assert (code == 0) == v.passed
     assert [lv.concurrency for lv in v.levels] == [1, 2]
     for lv in v.levels:
         assert lv.server_tok_s > 0 and lv.server_reference_tok_s > 0
@@ -76,30 +86,33 @@ def test_verify_serves_the_recommendation(deploy_study: Any, tmp_path: Path) -> 
     assert "--speculative-config" in v.command and "ngram" in v.command
     assert "--speculative-config" not in v.reference_command
     assert json.loads(json.dumps(v.to_json()))["passed"] == v.passed
-    if dsd:
-        d = stored["dsd"]
-        assert (code == 0) == d.passed
-        assert "num_speculative_tokens_per_batch_size" in d.command
-        assert d.off_command and "--speculative-config" not in d.off_command
-        assert d.off_command == v.reference_command  # one off server for both
-        rows = table["num_speculative_tokens_per_batch_size"]
-        for lv in d.levels:
-            assert lv.server_off_tok_s and lv.server_off_tok_s > 0 and lv.server_runs == 2
-            assert lv.table_n == next(r[2] for r in rows if r[0] <= lv.concurrency <= r[1])
-            assert lv.off_verdict in ("tie", "undecided", "decided")
-            assert lv.off_margin_pct == pytest.approx(
-                100 * (lv.server_tok_s / lv.server_off_tok_s - 1)
-            )
-        assert d.dsd_answer is not None
-        assert d.dsd_answer["recommended"] == (
-            "route" if any(lv.off_within_noise is False for lv in d.levels if lv.table_n == 0)
-            else "table"
-        )  # fmt: skip
-        assert "Dynamic SD table vs true off:" in out and "vs off" in out
-        # shown where the deployment is read: report/check lines and recommend --format dsd
-        lines = verifying.verification_lines(store, "deploy", "code")
-        assert any("vs true off:" in line for line in lines)
-        assert verifying.dsd_lines(store, "deploy", "code")
+    d = stored["dsd"]
+    assert (code == 0) == d.passed
+    assert "num_speculative_tokens_per_batch_size" in d.command
+    assert d.speculative_config is not None
+    assert (
+        d.speculative_config["num_speculative_tokens_per_batch_size"]
+        == (table["num_speculative_tokens_per_batch_size"])
+    )
+    assert d.off_command and "--speculative-config" not in d.off_command
+    assert d.off_command == v.reference_command  # one off server for both
+    rows = table["num_speculative_tokens_per_batch_size"]
+    for lv in d.levels:
+        assert lv.server_off_tok_s and lv.server_off_tok_s > 0 and lv.server_runs == 2
+        assert lv.table_n == next(r[2] for r in rows if r[0] <= lv.concurrency <= r[1])
+        assert lv.off_verdict in ("tie", "undecided", "decided")
+        assert lv.off_margin_pct == pytest.approx(100 * (lv.server_tok_s / lv.server_off_tok_s - 1))
+    assert any(lv.table_n == 0 for lv in d.levels)  # a 0-band was served against true off
+    assert d.dsd_answer is not None
+    assert d.dsd_answer["recommended"] == (
+        "route" if any(lv.off_within_noise is False for lv in d.levels if lv.table_n == 0)
+        else "table"
+    )  # fmt: skip
+    assert "Dynamic SD table vs true off:" in out and "vs off" in out
+    # shown where the deployment is read: report/check lines and recommend --format dsd
+    lines = verifying.verification_lines(store, "deploy", "code")
+    assert any("vs true off:" in line for line in lines)
+    assert verifying.dsd_lines(store, "deploy", "code")
     # No server is left behind: each ran in its own process group, killed at the end.
     ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
     for command in (v.command, v.reference_command):

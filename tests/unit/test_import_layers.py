@@ -351,7 +351,14 @@ ANSWERING = {
     "autotune.recommend.check": {"label"},
     "autotune.recommend.render": {"dsd_config", "ranges", "serve_args"},
     "autotune.recommend.deployed": {"deployed_label"},
-    "autotune.recommend.normalize": {"differences", "key", "normalize"},
+    # reading and comparing a --speculative-config the user deploys (verify --table reads one)
+    "autotune.recommend.normalize": {
+        "differences",
+        "key",
+        "normalize",
+        "parse_config_text",
+        "read_config_arg",
+    },
     # check --measure's judging and its history lines
     "autotune.recommend.measured": {
         "DEFAULT_ACCEPTANCE_TOLERANCE",

@@ -256,6 +256,20 @@ def test_verifications_go_with_their_study(replayed) -> None:
 def test_table_n_follows_vllms_batch_size_lookup() -> None:
     table = [[1, 2, 3], [3, 8, 0]]
     assert [table_n_at(table, c) for c in (1, 2, 3, 8, 9)] == [3, 3, 0, 0, 0]
+    # vLLM carries a row's N through a gap and past the last row, capped at the config's N
+    gaps = [[1, 16, 3], [32, 128, 2]]
+    assert [table_n_at(gaps, c) for c in (1, 16, 17, 31, 32, 500)] == [3, 3, 3, 3, 2, 2]
+    assert [table_n_at(gaps, c, cap=2) for c in (1, 17, 500)] == [2, 2, 2]
+
+
+@pytest.mark.vllm
+def test_table_n_is_vllms_dense_lookup() -> None:
+    from vllm.v1.spec_decode.dynamic.utils import build_dynamic_sd_schedule_lookup
+
+    for table, cap in (([[1, 2, 3], [3, 8, 0]], 3), ([[1, 16, 3], [32, 128, 2]], 2),
+                       ([[1, 1, 4], [2, 3, 1], [6, 6, 0], [9, 9, 2]], 4)):  # fmt: skip
+        dense = build_dynamic_sd_schedule_lookup(table, 40, cap)
+        assert [table_n_at(table, c, cap) for c in range(1, 41)] == dense[1:]
 
 
 def test_off_verdict_is_the_shared_rule() -> None:
@@ -298,3 +312,32 @@ def test_dsd_answer_routes_by_load_only_when_a_zero_band_decidedly_loses() -> No
     assert "vs off" in text.splitlines()[1] and "decided" in text.splitlines()[3]
     assert "route by load" in text and "route by load" in summary_line(v)
     assert Verification.from_json(json.loads(json.dumps(v.to_json()))) == v
+
+
+@pytest.mark.vllm
+def test_given_table_is_read_by_vllms_parser_and_refused_in_one_line() -> None:
+    from types import SimpleNamespace
+
+    from autotune.errors import SpecError
+    from autotune.verify.run import given_table
+
+    rec = SimpleNamespace(study=SimpleNamespace(name="deploy"))
+    ngram = {"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 4}
+    trials = [SimpleNamespace(state="complete", method="ngram", speculative_config=ngram)]
+    table = {**ngram, "num_speculative_tokens_per_batch_size": [[2, 8, 0], [1, 1, 2]]}
+    got = given_table(json.dumps(table), rec, trials)
+    assert got["num_speculative_tokens_per_batch_size"] == [[1, 1, 2], [2, 8, 0]]  # sorted
+    del table["num_speculative_tokens"]
+    assert given_table(json.dumps(table), rec, trials)["num_speculative_tokens"] == 2
+    for bad, words in (
+        ({**ngram}, "num_speculative_tokens_per_batch_size"),
+        ({**ngram, "num_speculative_tokens_per_batch_size": [[2, 8, 1]]}, "must start at 1"),
+        ({**ngram, "num_speculative_tokens_per_batch_size": [[1, 4, 2], [3, 8, 0]]},
+         "non-overlapping"),
+        ({**ngram, "num_speculative_tokens_per_batch_size": [[1, 8, 0]]}, "drafts at no batch"),
+        ({"method": "mtp", "num_speculative_tokens": 1,
+          "num_speculative_tokens_per_batch_size": [[1, 8, 1]]}, "measured no mtp config"),
+    ):  # fmt: skip
+        with pytest.raises(SpecError, match=words) as exc:
+            given_table(json.dumps(bad), rec, trials)
+        assert exc.value.source == "--table" and "\n" not in str(exc.value)

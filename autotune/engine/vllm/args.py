@@ -110,3 +110,20 @@ def render_prompts(tokenizer: Any, workload: PreparedWorkload) -> list[Any]:
         else:
             rendered.append(prompt.text)
     return rendered
+
+
+def dsd_schedule(rows: object, source: str) -> list[list[int]]:
+    """A ``num_speculative_tokens_per_batch_size`` table as vLLM reads it (sorted ``[lo, hi, N]``
+    rows), checked by vLLM's own parser (``validate_and_normalize_dynamic_sd_schedule``,
+    vllm/v1/spec_decode/dynamic/utils.py); its refusal becomes one SpecError line."""
+    from vllm.v1.spec_decode.dynamic.utils import validate_and_normalize_dynamic_sd_schedule
+
+    from autotune.errors import SpecError
+
+    try:
+        schedule = validate_and_normalize_dynamic_sd_schedule(rows)
+    except (TypeError, ValueError) as exc:
+        raise SpecError(
+            str(exc), source=source, field="num_speculative_tokens_per_batch_size"
+        ) from None
+    return [list(row) for row in schedule]
