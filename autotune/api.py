@@ -433,12 +433,25 @@ def compare_studies(
     )
 
 
+def parse_request_rate(text: str) -> tuple[float | dict[float, float], str | None]:
+    """``--request-rate``'s value: one rate or a mix {rate: share of time}, and the note when
+    the shares were normalised (:func:`autotune.recommend.rate.parse_rates`)."""
+    from autotune.recommend.rate import parse_rates
+
+    return parse_rates(text)
+
+
 def recommend_at_rate(
-    store: Store, model: str, workload: str, request_rate: float, study: str | None = None
+    store: Store,
+    model: str,
+    workload: str,
+    request_rate: float | Mapping[float, float],
+    study: str | None = None,
 ) -> tuple[Selected, RateAnswer]:
     """`recommend --request-rate R`: the concurrency each config would run at for R requests/s
     (Little's law on its measured latency per level) and the answer there, from the study
-    ``select_study`` picks (:mod:`autotune.recommend.rate`)."""
+    ``select_study`` picks (:mod:`autotune.recommend.rate`); a mapping is a mix of rates
+    ({rate: share of time})."""
     from autotune.recommend.rate import answer_at_rate
 
     sel = select_study(store, model, workload, study)

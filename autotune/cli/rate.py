@@ -16,7 +16,7 @@ def print_rate_answer(
     ctx: Context,
     model: str,
     workload: str,
-    request_rate: float,
+    request_rate: str,
     study: str | None,
     as_json: bool,
     clash: Sequence[str],
@@ -29,7 +29,10 @@ def print_rate_answer(
             f"answers by latency at an arrival rate, as --format json; drop {', '.join(clash)}",
             source="--request-rate",
         )
-    selected, answer = api.recommend_at_rate(ctx.store(), model, workload, request_rate, study)
+    rate, normalised = api.parse_request_rate(request_rate)
+    if normalised:
+        note(f"note: {normalised}")
+    selected, answer = api.recommend_at_rate(ctx.store(), model, workload, rate, study)
     for line in selected.notes:
         note(f"note: {line}")
     note(f"note: {answer.line()}")

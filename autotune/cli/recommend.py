@@ -55,12 +55,12 @@ FORMATS = ("json", "args", "yaml", "dsd")
 )
 @click.option(
     "--request-rate",
-    type=POSITIVE_FLOAT,
     default=None,
-    metavar="R",
+    metavar="R|R:SHARE,...",
     help="Answer for an arrival rate of R requests/s: the config with the lowest mean latency "
     "at the concurrency it would run at (Little's law, c = R x latency, between measured "
-    "levels); exit 2 beyond them (docs/deployment-rates.md).",
+    "levels); exit 2 beyond them. A mix of rates with shares of time (0.5:0.2,2:0.5,8:0.3) "
+    "answers by the mean latency over the mix (docs/deployment-rates.md).",
 )
 @click.option(
     "--study",
@@ -137,7 +137,7 @@ def recommend(
     concurrency: int | None,
     context: int | None,
     traffic: str | None,
-    request_rate: float | None,
+    request_rate: str | None,
     study_name: str | None,
     fmt: str,
     explain: bool,
@@ -209,6 +209,7 @@ def recommend(
       autotune recommend --model tiny --workload code --concurrency 8 --slo-p99-itl-ms 20
       autotune recommend --model tiny --workload code --concurrency 4 --format args
       autotune recommend --model tiny --workload code --request-rate 4
+      autotune recommend --model tiny --workload code --request-rate 0.5:0.3,2:0.7
       # after a study with context_lengths: [1024, 8192] (the shipped studies have none)
       autotune recommend --model tiny --workload code --context 4096 --explain
     """

@@ -18,6 +18,13 @@ within 1 %, or undecided where the 95% interval of the ratio of latencies,
 the preferred of them answering (:func:`autotune.evidence.decide.preference`: off, then the
 smaller N, then no draft model).
 
+A traffic whose rate moves over the day is a mix of rates, shares of time at each
+(``--request-rate 0.5:0.2,2:0.5,8:0.3``): each config runs at its concurrency c_i at each rate
+R_i, so over the mix it holds Σ w_i c_i requests in flight on average and serves Σ w_i R_i, and
+by Little's law again a request's mean latency is their ratio. The answer is the config with
+the lowest such latency; only configs judged at every rate of the mix are compared, the
+interval of each is its widest over the rates.
+
 Assumptions: steady state (R below every judged config's capacity, no queue growth); latency at
 a concurrency is what the closed loop measured there, whatever the arrival process (Poisson
 arrivals add queueing variance this ignores); the workload's prompts and output lengths are the
@@ -30,7 +37,7 @@ import itertools
 import math
 import statistics
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -103,6 +110,8 @@ class RateAnswer:
     beyond: tuple[str, ...]
     """Configs that would run outside the measured levels at this rate (not judged)."""
     levels: tuple[int, ...]
+    mix: tuple[tuple[float, float], ...] = ()
+    """(rate, share of time) for a mix of rates; empty for one rate."""
 
     @property
     def off(self) -> ConfigAtRate | None:
@@ -116,8 +125,14 @@ class RateAnswer:
 
     def line(self) -> str:
         b = self.best
+        where = f"at {self.request_rate_req_s:g} requests/s"
+        if self.mix:
+            where = (
+                f"at the rate mix {mix_text(self.mix)} ({self.request_rate_req_s:.3g} "
+                "requests/s on average)"
+            )
         text = (
-            f"at {self.request_rate_req_s:g} requests/s {b.config} would run at concurrency "
+            f"{where} {b.config} would run at {'a mean ' if self.mix else ''}concurrency "
             f"{b.concurrency:.2f} with a mean latency of {b.mean_latency_ms:,.0f} ms "
             f"(Little's law on the measured levels {', '.join(map(str, self.levels))})"
         )
@@ -137,7 +152,8 @@ class RateAnswer:
         return {
             "source": "measured",
             "workload": self.workload,
-            "request_rate_req_s": self.request_rate_req_s,
+            "request_rate_req_s": round(self.request_rate_req_s, 6),
+            "request_rate_mix": [list(pair) for pair in self.mix] or None,
             "speculative_config": self.best.speculative_config,
             "config": self.best.config,
             "concurrency": round(self.best.concurrency, 4),
@@ -183,10 +199,18 @@ def concurrency_at(rate: float, levels: Sequence[int], latency_s: Sequence[float
     return None
 
 
-def answer_at_rate(rows: Rows, workload: str, rate: float) -> RateAnswer:
-    """The answer for ``workload`` served ``rate`` requests/s (module docstring). Raises
-    :class:`SpecError` (exit 2) when no measurement records a request throughput or when the
-    rate lies beyond the measured levels for every config."""
+def mix_text(mix: Sequence[tuple[float, float]]) -> str:
+    """``0.5:0.2,2:0.8``: a mix of rates as ``--request-rate`` takes it."""
+    return ",".join(f"{r:g}:{w:.3g}" for r, w in mix)
+
+
+def answer_at_rate(rows: Rows, workload: str, rate: float | Mapping[float, float]) -> RateAnswer:
+    """The answer for ``workload`` served ``rate`` requests/s, or a mix of rates ({rate: share
+    of time}, shares summing to 1; module docstring). Raises :class:`SpecError` (exit 2) when
+    no measurement records a request throughput or when the rate (a rate of the mix) lies beyond
+    the measured levels for every config."""
+    mix = sorted(rate.items()) if isinstance(rate, Mapping) else [(float(rate), 1.0)]
+    mean_rate = sum(r * w for r, w in mix)
     cell = Evidence.of(rows).workload(workload)
     names = labels_of(cell)
     by_config: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
@@ -213,12 +237,19 @@ def answer_at_rate(rows: Rows, workload: str, rate: float) -> RateAnswer:
         if levels != list(all_levels) or any(len(per[c]) < min(2, most) for c in levels):
             continue  # a config not measured at every level, or screened: not judged
         latency = [c / statistics.median(per[c]) for c in levels]
-        c = concurrency_at(rate, levels, latency)
-        if c is None:
+        at = [concurrency_at(r, levels, latency) for r, _ in mix]
+        if any(c is None for c in at):
             beyond.append(label)
             continue
-        hi = next((lv for lv in levels if lv >= c), levels[0])
-        lo = max((lv for lv in levels if lv <= c), default=levels[0])
+        where = [
+            (
+                max((lv for lv in levels if lv <= c), default=levels[0]),
+                next((lv for lv in levels if lv >= c), levels[0]),
+            )
+            for c in at
+            if c is not None
+        ]
+        c = sum(ci * w for ci, (_, w) in zip(at, mix, strict=True) if ci is not None)
         judged.append(
             ConfigAtRate(
                 config=label,
@@ -226,15 +257,20 @@ def answer_at_rate(rows: Rows, workload: str, rate: float) -> RateAnswer:
                 num_speculative_tokens=r0.num_speculative_tokens,
                 draft=r0.draft,
                 concurrency=c,
-                mean_latency_ms=1000.0 * c / rate,
-                levels=(lo, hi),
-                ci_log=max(halfwidth_log(per[lo]), halfwidth_log(per[hi])),
+                mean_latency_ms=1000.0 * c / mean_rate,
+                levels=(min(lo for lo, _ in where), max(hi for _, hi in where)),
+                ci_log=max(max(halfwidth_log(per[lo]), halfwidth_log(per[hi])) for lo, hi in where),
             )
         )
     if not judged:
         capacity = max(statistics.median(v) for per in by_config.values() for v in per.values())
+        what = (
+            f"{mix[0][0]:g} requests/s lies"
+            if len(mix) == 1
+            else f"a rate of the mix {mix_text(mix)} lies"
+        )
         raise SpecError(
-            f"{rate:g} requests/s lies beyond the measured levels of {workload} "
+            f"{what} beyond the measured levels of {workload} "
             f"({', '.join(map(str, all_levels))}) for every config (the most any sustained: "
             f"{capacity:.3g} requests/s); autotune does not extrapolate",
             source="--request-rate",
@@ -245,10 +281,50 @@ def answer_at_rate(rows: Rows, workload: str, rate: float) -> RateAnswer:
     best = min(group, key=preference)
     return RateAnswer(
         workload=workload,
-        request_rate_req_s=rate,
+        request_rate_req_s=mean_rate,
+        mix=tuple(mix) if len(mix) > 1 else (),
         best=best,
         tied_with=tuple(x for x in group if x is not best),
         configs=tuple(judged),
         beyond=tuple(sorted(beyond)),
         levels=all_levels,
+    )
+
+
+def parse_rates(text: str) -> tuple[float | dict[float, float], str | None]:
+    """``--request-rate``: one rate (``4``) or a mix of rates with shares of time
+    (``0.5:0.2,2:0.5,8:0.3``, as ``--traffic`` gives concurrencies); shares that do not sum to 1
+    (within 1e-6) are normalised, the note saying so as the second value. Raises SpecError
+    (exit 2, one line) on anything else."""
+    bad = (
+        "is not a rate R > 0 in requests/s or a mix RATE:SHARE,... with shares > 0 "
+        "(e.g. 4, or 0.5:0.2,2:0.5,8:0.3)"
+    )
+    if ":" not in text:
+        try:
+            rate = float(text)
+        except ValueError:
+            rate = math.nan
+        if not math.isfinite(rate) or rate <= 0:
+            raise SpecError(f"{text.strip()!r} {bad}", source="--request-rate")
+        return rate, None
+    mix: dict[float, float] = {}
+    for item in text.split(","):
+        value, sep, share = item.strip().partition(":")
+        try:
+            r, w = float(value), float(share)
+        except ValueError:
+            r, w = math.nan, math.nan
+        if not sep or not (math.isfinite(r) and r > 0 and math.isfinite(w) and w > 0):
+            raise SpecError(f"{item.strip()!r} {bad}", source="--request-rate")
+        if r in mix:
+            raise SpecError(f"rate {r:g} is given twice", source="--request-rate")
+        mix[r] = w
+    total = sum(mix.values())
+    if abs(total - 1.0) <= 1e-6:
+        return mix, None
+    normalised = {r: w / total for r, w in mix.items()}
+    return normalised, (
+        f"--request-rate shares sum to {total:g}, not 1: normalised to "
+        + mix_text(sorted(normalised.items()))
     )

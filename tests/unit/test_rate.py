@@ -129,3 +129,45 @@ def test_latencies_are_told_apart_by_the_one_rule() -> None:
     assert top.ties_with(at(130.0, 0.3))  # the interval still contains 1: undecided
     # A 2x gap is decided however wide the interval (as recommend never calls 10x a tie).
     assert not top.ties_with(at(250.0, float("inf")))
+
+
+@pytest.mark.vllm  # the import reads the sweep with vLLM's own parser
+def test_a_mix_of_rates_is_answered_by_the_mean_latency_over_it(imported) -> None:
+    # 30 % of the time at 0.5 requests/s, 70 % at 1.5: each config holds the share-weighted
+    # concurrency of the two single-rate answers in flight and serves 1.2 requests/s on average,
+    # so by Little's law a request waits their ratio.
+    low, high = _at(imported, 0.5), _at(imported, 1.5)
+    out = imported(
+        "recommend", "--model", "tiny:llama", "--workload", "code", "--request-rate",
+        "0.5:3,1.5:7", "--json",
+    )  # fmt: skip
+    assert out.exit_code == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert "shares sum to 10, not 1: normalised to 0.5:0.3,1.5:0.7" in out.stderr
+    assert "at the rate mix 0.5:0.3,1.5:0.7 (1.2 requests/s on average)" in out.stderr
+    assert data["request_rate_req_s"] == pytest.approx(1.2)
+    assert data["request_rate_mix"] == [[0.5, 0.3], [1.5, 0.7]]
+    lo = {c["config"]: c for c in low["configs"]}
+    hi = {c["config"]: c for c in high["configs"]}
+    judged = {c["config"]: c for c in data["configs"]}
+    assert set(judged) == set(lo) & set(hi) and judged
+    for name, c in judged.items():
+        mean_c = 0.3 * lo[name]["concurrency"] + 0.7 * hi[name]["concurrency"]
+        assert c["concurrency"] == pytest.approx(mean_c, rel=1e-3)
+        assert c["mean_latency_ms"] == pytest.approx(1000 * mean_c / 1.2, rel=1e-3)
+    best = min(judged.values(), key=lambda c: c["mean_latency_ms"])
+    assert data["config"] == best["config"] or data["tie"]
+
+
+def test_rates_parse_as_one_rate_or_a_mix_and_refuse_in_one_line() -> None:
+    from autotune.errors import SpecError
+    from autotune.recommend.rate import parse_rates
+
+    assert parse_rates("4") == (4.0, None)
+    assert parse_rates("0.5:0.25,2:0.75") == ({0.5: 0.25, 2.0: 0.75}, None)
+    mix, note = parse_rates("1:1,3:1")
+    assert mix == {1.0: 0.5, 3.0: 0.5} and note and "normalised to 1:0.5,3:0.5" in note
+    for bad in ("0", "-1", "inf", "x", "1:0", "1:0.5,x:0.5", "1:0.5,1:0.5", "1:"):
+        with pytest.raises(SpecError) as exc:
+            parse_rates(bad)
+        assert exc.value.source == "--request-rate" and "\n" not in str(exc.value)
