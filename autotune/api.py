@@ -433,14 +433,6 @@ def compare_studies(
     )
 
 
-def parse_request_rate(text: str) -> tuple[float | dict[float, float], str | None]:
-    """``--request-rate``'s value: one rate or a mix {rate: share of time}, and the note when
-    the shares were normalised (:func:`autotune.recommend.rate.parse_rates`)."""
-    from autotune.recommend.rate import parse_rates
-
-    return parse_rates(text)
-
-
 def recommend_at_rate(
     store: Store,
     model: str,

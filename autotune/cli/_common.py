@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, is_dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 
@@ -111,6 +111,38 @@ class OutputPath(click.Path):
                 source=flag,
             )
         return path
+
+
+K = TypeVar("K", int, float)
+
+
+def parse_shares(
+    text: str, key: Callable[[str], K], *, source: str, name: str, bad: str
+) -> tuple[dict[K, float], str | None]:
+    """``KEY:SHARE,...`` (``--traffic``'s concurrencies, ``--request-rate``'s rates) as {key:
+    share}; ``key`` reads one key and raises ValueError for one out of range. Shares that do
+    not sum to 1 (within 1e-6) are normalised, the note saying so as the second value. Raises
+    SpecError (exit 2, one line: the item and ``bad``) on anything else."""
+    mix: dict[K, float] = {}
+    for item in text.split(","):
+        value, sep, share = item.strip().partition(":")
+        try:
+            k, w = key(value), float(share)
+        except ValueError:
+            k, w = None, math.nan
+        if not sep or k is None or not math.isfinite(w) or w <= 0:
+            raise SpecError(f"{item.strip()!r} {bad}", source=source)
+        if k in mix:
+            raise SpecError(f"{name} {k:g} is given twice", source=source)
+        mix[k] = w
+    total = sum(mix.values())
+    if abs(total - 1.0) <= 1e-6:
+        return mix, None
+    normalised = {k: w / total for k, w in mix.items()}
+    return normalised, (
+        f"{source} shares sum to {total:g}, not 1: normalised to "
+        + ",".join(f"{k:g}:{w:.4g}" for k, w in normalised.items())
+    )
 
 
 def output_file() -> OutputPath:

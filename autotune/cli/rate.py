@@ -29,7 +29,7 @@ def print_rate_answer(
             f"answers by latency at an arrival rate, as --format json; drop {', '.join(clash)}",
             source="--request-rate",
         )
-    rate, normalised = api.parse_request_rate(request_rate)
+    rate, normalised = parse_rates(request_rate)
     if normalised:
         note(f"note: {normalised}")
     selected, answer = api.recommend_at_rate(ctx.store(), model, workload, rate, study)
@@ -40,3 +40,30 @@ def print_rate_answer(
         echo_json({"study": selected.study.name, **answer.to_json()})
     else:
         click.echo(json.dumps(answer.best.speculative_config))
+
+
+def parse_rates(text: str) -> tuple[float | dict[float, float], str | None]:
+    """``--request-rate``: one rate (``4``) or a mix of rates with shares of time
+    (``0.5:0.2,2:0.5,8:0.3``, as ``--traffic`` gives concurrencies), shares normalised as
+    there. Raises SpecError (exit 2, one line) on anything else."""
+    import math
+
+    from autotune.cli._common import parse_shares
+
+    bad = (
+        "is not a rate R > 0 in requests/s or a mix RATE:SHARE,... with shares > 0 "
+        "(e.g. 4, or 0.5:0.2,2:0.5,8:0.3)"
+    )
+
+    def rate(value: str) -> float:
+        r = float(value)
+        if not (math.isfinite(r) and r > 0):
+            raise ValueError(value)
+        return r
+
+    if ":" in text:
+        return parse_shares(text, rate, source="--request-rate", name="rate", bad=bad)
+    try:
+        return rate(text), None
+    except ValueError:
+        raise SpecError(f"{text.strip()!r} {bad}", source="--request-rate") from None

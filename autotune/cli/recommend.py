@@ -4,7 +4,6 @@ published starting point when nothing is measured. Parses, calls ``api.answer``,
 from __future__ import annotations
 
 import json
-import math
 import shlex
 from typing import Any
 
@@ -352,31 +351,21 @@ def parse_traffic(text: str) -> tuple[dict[int, float], str | None]:
     """``1:0.2,8:0.5,32:0.3`` as {concurrency: share}; shares that do not sum to 1 (within
     1e-6) are normalised, with the note saying so as the second value. Raises SpecError (exit
     2, one line) on anything else."""
-    from autotune.errors import SpecError
+    from autotune.cli._common import parse_shares
 
-    mix: dict[int, float] = {}
-    for item in text.split(","):
-        level, sep, share = item.strip().partition(":")
-        try:
-            c, w = int(level), float(share)
-        except ValueError:
-            c, w = 0, float("nan")
-        if not sep or c < 1 or not math.isfinite(w) or w <= 0:
-            raise SpecError(
-                f"{item.strip()!r} is not CONCURRENCY:SHARE with a whole concurrency >= 1 and "
-                "a share > 0 (e.g. 1:0.2,8:0.5,32:0.3)",
-                source="--traffic",
-            )
-        if c in mix:
-            raise SpecError(f"concurrency {c} is given twice", source="--traffic")
-        mix[c] = w
-    total = sum(mix.values())
-    if abs(total - 1.0) <= 1e-6:
-        return mix, None
-    normalised = {c: w / total for c, w in mix.items()}
-    return normalised, (
-        f"--traffic shares sum to {total:g}, not 1: normalised to "
-        + ",".join(f"{c}:{w:.4g}" for c, w in normalised.items())
+    def level(text: str) -> int:
+        c = int(text)
+        if c < 1:
+            raise ValueError(text)
+        return c
+
+    return parse_shares(
+        text,
+        level,
+        source="--traffic",
+        name="concurrency",
+        bad="is not CONCURRENCY:SHARE with a whole concurrency >= 1 and a share > 0 "
+        "(e.g. 1:0.2,8:0.5,32:0.3)",
     )
 
 

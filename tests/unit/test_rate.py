@@ -160,8 +160,8 @@ def test_a_mix_of_rates_is_answered_by_the_mean_latency_over_it(imported) -> Non
 
 
 def test_rates_parse_as_one_rate_or_a_mix_and_refuse_in_one_line() -> None:
+    from autotune.cli.rate import parse_rates
     from autotune.errors import SpecError
-    from autotune.recommend.rate import parse_rates
 
     assert parse_rates("4") == (4.0, None)
     assert parse_rates("0.5:0.25,2:0.75") == ({0.5: 0.25, 2.0: 0.75}, None)
