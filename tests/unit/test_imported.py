@@ -7,10 +7,15 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+import pytest
+
 from autotune.engine.readers.sglang_bench import read_sglang_bench
 from autotune.engine.readers.vllm_sweep import read_vllm_sweep
 
 DATA = Path(__file__).resolve().parents[1] / "data"
+
+# vLLM's sweep reader parses the sweep with vLLM's own benchmark code
+pytestmark = pytest.mark.vllm
 
 
 def test_each_reader_labels_the_sweep_it_read() -> None:
