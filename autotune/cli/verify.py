@@ -37,8 +37,9 @@ from autotune.cli._common import (
     is_flag=True,
     help="Verify the Dynamic SD table (recommend --format dsd) against the best fixed N and "
     "against true off (three servers) instead of the recommended config against the "
-    "baseline; per level the table is judged against off, and the answer is the table or "
-    "routing by load (plain above the crossing concurrency).",
+    "baseline; per level the table is judged against off, and the answer is the table, "
+    "routing by load (plain above the crossing concurrency), or undecided (rerun with more "
+    "--repeats).",
 )
 @click.option(
     "--table",
@@ -95,9 +96,10 @@ def verify(
     acceptance length through the server beside the study's in-process numbers, and both
     speedups. With --dsd it serves the Dynamic SD table, the best fixed N and true off (no
     --speculative-config): per level the table against off by the shared rule
-    (docs/answers.md), and the answer: the table where its N=0 bands are within noise of off,
-    else the speculative deployment below the crossing concurrency and a plain one above it
-    (route by load); the fixed N against off is stored as its own verification too.
+    (docs/answers.md), and the answer: the table where its N=0 bands tie with off or beat
+    it, the speculative deployment below the crossing concurrency and a plain one above it
+    where a 0-band decidedly loses (route by load), else undecided (rerun with more
+    --repeats); the fixed N against off is stored as its own verification too.
     --table serves the Dynamic SD config you deploy instead of the recommended table. The
     result is stored with the study (`report`, `check` and `recommend --format dsd` show
     it). Exit 1 when a level's server-path speedup differs from the study's by more than

@@ -132,8 +132,8 @@ class Verification:
     off_command: str = ""
     """Dynamic SD only: the plain server (no speculative_config) the table is measured against."""
     dsd_answer: dict[str, Any] | None = None
-    """Dynamic SD only (:func:`dsd_answer`): ``recommended`` (``table`` or ``route``), the
-    ``crossing`` concurrency, and the ``reason`` in words."""
+    """Dynamic SD only (:func:`dsd_answer`): ``recommended`` (``table``, ``route`` or
+    ``undecided``), the ``crossing`` concurrency, and the ``reason`` in words."""
 
     @property
     def passed(self) -> bool:
@@ -184,11 +184,18 @@ def off_verdict(table_runs: Sequence[float], off_runs: Sequence[float]) -> tuple
 
 def dsd_answer(table: Sequence[Sequence[int]], levels: Sequence[LevelCheck]) -> dict[str, Any]:
     """The deployment a served Dynamic SD table supports: the table, where every level it runs
-    with N = 0 is within noise of true off; otherwise routing by load, the speculative
-    deployment below the crossing (the first concurrency of the table's first 0-band) and a
-    plain one (no ``--speculative-config``) from it up."""
+    with N = 0 ties with true off or is ahead of it; routing by load where a 0-band decidedly
+    loses to off (the speculative deployment below the crossing, the first concurrency of the
+    table's first 0-band, and a plain one, no ``--speculative-config``, from it up); and
+    *undecided* where a 0-band trails off by more than the tie band but the interval still
+    holds 1 (too few runs to tell): rerun with more repeats."""
     zero = [lv for lv in levels if lv.table_n == 0]
     losing = [lv for lv in zero if lv.off_within_noise is False]
+    trailing = [
+        lv
+        for lv in zero
+        if lv.off_verdict == "undecided" and lv.off_margin_pct is not None and lv.off_margin_pct < 0
+    ]
     crossing = next((int(row[0]) for row in table if row[2] == 0), None)
     if not zero:
         return {
@@ -196,27 +203,42 @@ def dsd_answer(table: Sequence[Sequence[int]], levels: Sequence[LevelCheck]) -> 
             "crossing": None,
             "reason": "the table drafts at every measured level (no 0-band to compare with off)",
         }
-    if not losing:
+    if losing:
+        words = ", ".join(f"c={lv.concurrency} {lv.off_margin_pct:+.1f}%" for lv in losing)
+        return {
+            "recommended": "route",
+            "crossing": crossing,
+            "reason": (
+                f"its 0-bands decidedly lose to true off ({words}): the drafter still runs and "
+                f"the KV lookahead stays reserved at N=0; run the speculative deployment below "
+                f"concurrency {crossing} and a plain one (no --speculative-config) from "
+                f"{crossing} up, routing requests by load"
+            ),
+        }
+    if trailing:
         words = ", ".join(
-            f"c={lv.concurrency} {lv.off_margin_pct:+.1f}% {lv.off_verdict}"
-            for lv in zero
-            if lv.off_margin_pct is not None
+            f"c={lv.concurrency} {lv.off_margin_pct:+.1f}% with {lv.server_runs} "
+            f"run{'s' if lv.server_runs != 1 else ''} a side"
+            for lv in trailing
         )
         return {
-            "recommended": "table",
+            "recommended": "undecided",
             "crossing": crossing,
-            "reason": f"its 0-bands are within noise of off ({words})",
+            "reason": (
+                f"its 0-bands trail true off within noise ({words}): rerun with more --repeats "
+                f"before deploying the table; routing by load (plain from concurrency "
+                f"{crossing} up) cannot lose to off there"
+            ),
         }
-    words = ", ".join(f"c={lv.concurrency} {lv.off_margin_pct:+.1f}%" for lv in losing)
+    words = ", ".join(
+        f"c={lv.concurrency} {lv.off_margin_pct:+.1f}% {lv.off_verdict}"
+        for lv in zero
+        if lv.off_margin_pct is not None
+    )
     return {
-        "recommended": "route",
+        "recommended": "table",
         "crossing": crossing,
-        "reason": (
-            f"its 0-bands decidedly lose to true off ({words}): the drafter still runs and the "
-            f"KV lookahead stays reserved at N=0; run the speculative deployment below "
-            f"concurrency {crossing} and a plain one (no --speculative-config) from "
-            f"{crossing} up, routing requests by load"
-        ),
+        "reason": f"its 0-bands tie with true off or beat it ({words})",
     }
 
 
@@ -227,6 +249,8 @@ def dsd_line(v: Verification) -> str | None:
     a = v.dsd_answer
     if a.get("recommended") == "route":
         return f"Dynamic SD table vs true off: route by load, {a.get('reason')}"
+    if a.get("recommended") == "undecided":
+        return f"Dynamic SD table vs true off: undecided, {a.get('reason')}"
     return f"Dynamic SD table vs true off: the table is recommended; {a.get('reason')}"
 
 
@@ -293,11 +317,11 @@ def summary_line(v: Verification, when: str = "") -> str:
     answer = v.dsd_answer
     served = ""
     if answer is not None:
-        served = (
-            f"; vs true off: route by load (plain from concurrency {answer.get('crossing')})"
-            if answer.get("recommended") == "route"
-            else "; vs true off: the table is recommended"
-        )
+        served = {
+            "route": f"; vs true off: route by load (plain from concurrency "
+            f"{answer.get('crossing')})",
+            "undecided": "; vs true off: undecided (rerun with more --repeats)",
+        }.get(str(answer.get("recommended")), "; vs true off: the table is recommended")
     return (
         f"verified through vllm serve{at}: {v.label} vs "
         f"{OFF_PROSE if v.mode == 'fixed' else v.reference_label} ({v.workload}), {state}, "

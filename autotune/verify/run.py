@@ -5,8 +5,9 @@ server-path speedup with the study's in-process one.
 
 A Dynamic SD table is served against true off too (a third server, no ``speculative_config``):
 its N = 0 bands still run the drafter and keep the KV lookahead reserved, so per level the
-table is judged against off by the shared rule, and the answer is the table only where those
-bands are within noise of off, else routing by load (:func:`autotune.verify.compare.dsd_answer`).
+table is judged against off by the shared rule, and the answer is the table where those bands
+tie with off or beat it, routing by load where one decidedly loses, else undecided
+(:func:`autotune.verify.compare.dsd_answer`).
 The same three servers measured the best fixed N against off, which is the fixed verification
 of that config, so it is stored too."""
 

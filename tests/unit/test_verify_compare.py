@@ -287,6 +287,7 @@ def _dsd_level(c: int, n: int, table: list[float], off: list[float]) -> LevelChe
         _level(c, (300.0, 200.0), (table[0], 200.0)),
         table_n=n,
         server_off_tok_s=off[0],
+        server_runs=len(table),
         off_margin_pct=margin,
         off_verdict=verdict,
     )
@@ -296,10 +297,15 @@ def test_dsd_answer_routes_by_load_only_when_a_zero_band_decidedly_loses() -> No
     table = [[1, 1, 2], [2, 4, 0]]
     drafting = _dsd_level(1, 2, [150.0, 151.0], [100.0, 101.0])
     tied = _dsd_level(4, 0, [99.7, 100.2], [100.0, 100.1])
+    ahead = _dsd_level(4, 0, [104.0, 112.0], [100.0, 101.0])  # ahead, undecided: no loss
     loses = _dsd_level(4, 0, [90.0, 90.4], [100.0, 100.3])  # -10 %, decided
-    noisy = _dsd_level(4, 0, [80.0, 100.0], [100.0, 101.0])  # wide interval: undecided
+    noisy = _dsd_level(4, 0, [80.0, 100.0], [100.0, 101.0])  # -10 %, wide interval: undecided
     assert dsd_answer(table, [drafting, tied])["recommended"] == "table"
-    assert dsd_answer(table, [drafting, noisy])["recommended"] == "table"
+    assert dsd_answer(table, [drafting, ahead])["recommended"] == "table"
+    # trailing off past the tie band on too few runs: neither the table nor a route, rerun
+    unsure = dsd_answer(table, [drafting, noisy])
+    assert unsure["recommended"] == "undecided" and unsure["crossing"] == 2
+    assert "rerun with more --repeats" in unsure["reason"] and "2 runs a side" in unsure["reason"]
     routed = dsd_answer(table, [drafting, loses])
     assert routed["recommended"] == "route" and routed["crossing"] == 2
     assert "below concurrency 2" in routed["reason"] and "plain one" in routed["reason"]
