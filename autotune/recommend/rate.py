@@ -237,8 +237,8 @@ def answer_at_rate(rows: Rows, workload: str, rate: float | Mapping[float, float
         if levels != list(all_levels) or any(len(per[c]) < min(2, most) for c in levels):
             continue  # a config not measured at every level, or screened: not judged
         latency = [c / statistics.median(per[c]) for c in levels]
-        at = [concurrency_at(r, levels, latency) for r, _ in mix]
-        if any(c is None for c in at):
+        at = [c for r, _ in mix if (c := concurrency_at(r, levels, latency)) is not None]
+        if len(at) < len(mix):
             beyond.append(label)
             continue
         where = [
@@ -247,9 +247,8 @@ def answer_at_rate(rows: Rows, workload: str, rate: float | Mapping[float, float
                 next((lv for lv in levels if lv >= c), levels[0]),
             )
             for c in at
-            if c is not None
         ]
-        c = sum(ci * w for ci, (_, w) in zip(at, mix, strict=True) if ci is not None)
+        c = sum(ci * w for ci, (_, w) in zip(at, mix, strict=True))
         judged.append(
             ConfigAtRate(
                 config=label,

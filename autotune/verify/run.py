@@ -327,10 +327,8 @@ def verify(
         )
     trials = store.trials(rec.study)
     seed = resolved.spec.seed
-    if table is not None:
-        plan = plan_dsd(rec, trials, seed, given_table(table, rec, trials))
-    else:
-        plan = plan_dsd(rec, trials, seed) if dsd else plan_fixed(rec, trials, seed)
+    given = None if table is None else given_table(table, rec, trials)
+    plan = plan_dsd(rec, trials, seed, given) if dsd or given else plan_fixed(rec, trials, seed)
     prepared = prepare_study_workload(resolved, workload)
     notes: list[str] = []
     if prepared.digest != rec.choice.workload_digest:
