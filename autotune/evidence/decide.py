@@ -34,7 +34,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from autotune.evidence.scores import ConfigScore, median_ci_halfwidth_pct
+from autotune.evidence.scores import ConfigScore, combined_ci_log, median_ci_halfwidth_pct
 
 PRACTICAL_TIE_PCT = 1.0
 """Configs whose medians lie within this percent of each other tie (vLLM PR #49163's band)."""
@@ -136,7 +136,7 @@ def verdict_of_runs(
     ma, mb = statistics.median(a), statistics.median(b)
     if ma <= 0 or mb <= 0:
         return "decided"
-    width = math.hypot(_ci_log(a), _ci_log(b))
+    width = combined_ci_log(_ci_log(a), len(a), _ci_log(b), len(b))
     contains_one = width > 0 and abs(math.log(ma / mb)) <= width
     return verdict(margin_pct(ma, mb), contains_one, tie_pct)
 

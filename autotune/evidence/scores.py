@@ -97,17 +97,25 @@ class ConfigScore:
             return 0.0
         return math.log1p(median_ci_halfwidth_pct(self.throughputs) / 100.0)
 
+    def pair_ci_log(self, other: ConfigScore) -> float:
+        """Half-width of the 95% interval of the log ratio of the two medians: the two
+        intervals combined. A side measured once (a screening run: the model search stops
+        repeating a config, the baseline too, where it is far from the best) has no noise of its
+        own to show and is taken as noisy as the other side, so one run never narrows the
+        interval; with both sides measured once it is 0 (nothing measured)."""
+        return combined_ci_log(self.ci_log, self.repeats, other.ci_log, other.repeats)
+
     def ties_with(self, other: ConfigScore) -> bool:
         """Whether the 95% interval of the ratio of the two medians contains 1 (see the module
         docstring); False when neither has measured noise."""
-        width = math.hypot(self.ci_log, other.ci_log)
+        width = self.pair_ci_log(other)
         if width <= 0 or self.median_tok_s <= 0 or other.median_tok_s <= 0:
             return False
         return abs(math.log(self.median_tok_s / other.median_tok_s)) <= width
 
     def tie_pct(self, other: ConfigScore) -> float:
         """The combined uncertainty of the two medians' ratio, ± percent."""
-        return 100.0 * (math.exp(math.hypot(self.ci_log, other.ci_log)) - 1.0)
+        return 100.0 * (math.exp(self.pair_ci_log(other)) - 1.0)
 
     def tie_interval(self, other: ConfigScore) -> RatioInterval:
         """:meth:`tie_pct` with what it rests on (repeats, spreads), stated or undecided."""
@@ -180,6 +188,17 @@ class RatioInterval:
             "repeats": list(self.repeats),
             "spread_pct": [round(s, 3) for s in self.spread_pct],
         }
+
+
+def combined_ci_log(ci_a: float, runs_a: int, ci_b: float, runs_b: int) -> float:
+    """Half-width of the 95% interval of the log ratio of two medians, from each median's own
+    (``ci_a``, ``ci_b``, log units) and its number of runs: a side measured once is taken as
+    noisy as the other (:meth:`ConfigScore.pair_ci_log`)."""
+    if runs_a < 2 <= runs_b:
+        ci_a = ci_b
+    elif runs_b < 2 <= runs_a:
+        ci_b = ci_a
+    return math.hypot(ci_a, ci_b)
 
 
 def median_ci_halfwidth_pct(throughputs: Sequence[float]) -> float:

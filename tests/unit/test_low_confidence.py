@@ -294,3 +294,28 @@ def test_a_replayed_study_through_the_tuner(store, tmp_path):
         assert spread == (lv.best.spread_pct > 0.1 or lv.baseline.spread_pct > 0.1)
         strict.append(spread)
     assert any(strict)
+
+
+def test_a_side_measured_once_is_taken_as_noisy_as_the_other(store, tmp_path):
+    """Off screened to one run (the model search stops repeating it where a drafter is far
+    ahead) has no noise of its own: the interval of the ratio is the repeated side's, twice
+    (combined as two equal intervals), never the repeated side's alone; one run each: none."""
+    import math
+    from dataclasses import replace
+
+    from autotune.evidence.decide import verdict_of_runs
+
+    _load(store, tmp_path, "close", WITHIN_NOISE)
+    choice = api.recommend(store, "org/tiny", "code", 1).choice
+    best = choice.best
+    assert best.repeats >= 2 and best.ci_log > 0
+    once = replace(
+        best, throughputs=(best.median_tok_s * 0.9,), median_tok_s=best.median_tok_s * 0.9
+    )
+    assert best.pair_ci_log(once) == pytest.approx(math.sqrt(2) * best.ci_log)
+    assert once.pair_ci_log(best) == pytest.approx(best.pair_ci_log(once))
+    assert once.pair_ci_log(replace(once, median_tok_s=1.0)) == 0.0
+    # The search's verdict on raw runs states the same rule.
+    runs = list(best.throughputs)
+    lone = [best.median_tok_s * (1 - 1.2 * best.ci_log)]  # inside sqrt(2) x, outside 1 x
+    assert verdict_of_runs(runs, lone) == "undecided"
