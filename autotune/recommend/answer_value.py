@@ -11,8 +11,9 @@ margin, the verdict (:mod:`autotune.evidence.decide`) and the confidence for use
 
 Confidence is ``nothing compared`` where only one config was ranked at a level (a study that
 measured only the baseline, say), else ``low`` when any reason holds, else ``ok``. Reasons
-(``Reason.kind``): ``noisy-repeats``, ``noisy-baseline``, ``undecided``, ``drift`` (the
-level's choice, :meth:`autotune.recommend.choose.Choice.low_confidence`), ``degenerate-outputs``
+(``Reason.kind``): ``no-baseline``, ``noisy-repeats``, ``noisy-baseline``, ``undecided``,
+``drift`` (the level's choice, :meth:`autotune.recommend.choose.Choice.low_confidence`),
+``degenerate-outputs``
 (most replies were loops), ``partial-study`` (the study stopped before its search finished: k of
 n configs) and ``nothing-compared``.
 """

@@ -10,6 +10,9 @@ where others were repeated (a screening run) is not ranked.
 
 A choice is *low-confidence* (``Choice.low_confidence``) when its measurements cannot back it:
 
+- the winner is a drafter and off was not measured at the level (a study stopped after its
+  first engine: the model search starts the first method ahead of off), so no speedup is stated;
+
 - the winner's repeats, or the baseline's, spread more than the study's
   ``measurement.max_spread_pct`` (``ConfigScore.noisy``, the same rule the report's "noisy" flag
   uses); a noisy baseline makes every speedup of the level unreliable;
@@ -157,8 +160,8 @@ class Choice:
     def reasons(
         self, max_spread_pct: float, precision_pct: float = DEFAULT_PRECISION_PCT
     ) -> tuple[tuple[str, str], ...]:
-        """(kind, text) per problem (module docstring): ``noisy-repeats``, ``noisy-baseline``,
-        ``undecided``, ``drift``. ``max_spread_pct`` and ``precision_pct`` are the study's
+        """(kind, text) per problem (module docstring): ``no-baseline``, ``noisy-repeats``,
+        ``noisy-baseline``, ``undecided``, ``drift``. ``max_spread_pct`` and ``precision_pct`` are the study's
         ``measurement.max_spread_pct`` and ``precision_pct``.
 
         Meant for one level's choice (``choose``); an all-levels choice (``choose_overall``)
@@ -172,6 +175,14 @@ class Choice:
                     "noisy-repeats",
                     f"the repeats of {best.label()} spread {best.spread_pct:.1f}% "
                     f"(over the study's limit of {max_spread_pct:g}%)",
+                )
+            )
+        if base is None and not best.is_baseline:
+            reasons.append(
+                (
+                    "no-baseline",
+                    "off (no speculation) was not measured here, so no speedup is stated and "
+                    f"{best.label()} is not known to beat it",
                 )
             )
         if base is not None and not best.is_baseline and base.noisy(max_spread_pct):
@@ -260,12 +271,16 @@ def choose(
     names = labels_of(rows.rows if isinstance(rows, Evidence) else rows)
     scores, screened = screen(score(g, names) for g in groups.values())
     ranked = rank(scores, tie_pct)
+    # Off measured once where a speculative config was far ahead (the model search screens its
+    # repeats) is never the answer, but it still states the answer's speedup.
+    off = [s for s in (*ranked, *screened) if s.is_baseline]
     return choice_from_ranked(
         workload,
         digest,
         concurrency,
         ranked,
         tie_pct,
+        baseline=off[0] if off else None,
         screened=tuple(screened),
         runs=baseline_runs(cell),
         cell=cell,

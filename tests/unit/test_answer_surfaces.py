@@ -228,13 +228,43 @@ def test_the_surfaces_agree_under_vllm_53436s_noise(autotune, tmp_path: Path) ->
     assert verdicts <= {"tie", "undecided", "decided"}
 
 
-def test_a_baseline_only_study_answers_nothing_compared_everywhere(
+def test_a_study_stopped_after_its_first_engine_says_off_was_not_measured_everywhere(
     autotune, tmp_path: Path
 ) -> None:
-    # The demo on a slow machine: the run stopped after its first engine, the baseline.
+    # The demo on a slow machine: the run stopped after its first engine, which the model
+    # search gives to its first method's anchor (off runs second, screened against it).
     land = REPO / "bench" / "landscapes" / FAST
     created = autotune("study", "create", "--landscape", str(land), "--name", "s")
     assert created.exit_code == 0, created.stderr
+    run = autotune("study", "run", "s", "-q", "--replay-time-scale", "0", "--max-configs", "1")
+    assert run.exit_code == 0, run.stderr
+    views = surface_views(autotune, "s", tmp_path)
+    assert disagreements(views) == []
+    for name, view in views.items():
+        assert view, name
+        for key, (winner, margin, verdict, confidence) in view.items():
+            assert winner == "mtp N=4" and margin is None, (name, key)
+            assert verdict == confidence == "nothing compared", (name, key)
+    rec = autotune("recommend", "--model", "tiny-mtp", "--workload", "code", "--json")
+    reasons = [r for lv in json.loads(rec.stdout)["answer"]["levels"] for r in lv["reasons"]]
+    assert {r["kind"] for r in reasons} >= {"no-baseline", "nothing-compared", "partial-study"}
+    page = (tmp_path / "s.html").read_text(encoding="utf-8")
+    assert "off (no speculation) was not measured here, so no speedup is stated" in page
+
+
+def test_a_baseline_only_study_answers_nothing_compared_everywhere(
+    autotune, db_path: Path, tmp_path: Path
+) -> None:
+    # A run stopped after its first engine under the grid, which starts with off.
+    from autotune import api
+    from autotune.search.landscape_study import study_from_landscape
+    from autotune.store import Store
+
+    land = REPO / "bench" / "landscapes" / FAST
+    store = Store(str(db_path))
+    data = study_from_landscape(land, "s", sampler="grid", seed=0)
+    api.create_study(store, data=data, source=str(land))
+    store.dispose()
     run = autotune("study", "run", "s", "-q", "--replay-time-scale", "0", "--max-configs", "1")
     assert run.exit_code == 0, run.stderr
     views = surface_views(autotune, "s", tmp_path)
