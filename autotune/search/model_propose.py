@@ -1,7 +1,8 @@
-"""What the model strategy starts next (:mod:`autotune.search.model_strategy`): the baseline,
-each method's first engine (its anchor: the largest N, or the N a published acceptance curve
-points to, :func:`prior_anchor_n`), then the candidates that could still beat the measured best,
-and the configs that fill slots the model does not need yet.
+"""What the model strategy starts next (:mod:`autotune.search.model_strategy`): the first
+method's first engine (its anchor: the largest N, or the N a published acceptance curve points
+to, :func:`prior_anchor_n`), the baseline, every other method's anchor, then (once the baseline
+has run) the candidates that could still beat the measured best, and the configs that fill slots
+the model does not need yet.
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ class ModelProposer(ModelBounds):
         taken = state.taken()
         out: list[EngineConfig] = []
         ranked = sorted(
-            self.candidates(state, believe=False),
+            [] if self._baseline_pending(state) else self.candidates(state, believe=False),
             key=lambda c: (-c.upside, -c.gain, c.config.num_speculative_tokens),
         )
         for cand in ranked:
@@ -120,13 +121,26 @@ class ModelProposer(ModelBounds):
     def _propose_one(self, state: SearchState) -> EngineConfig | None:
         taken = set(state.done) | state.in_flight
         baseline = state.space.baseline()
-        if baseline is not None and baseline.key() not in taken:
+        anchor = self._next_anchor(state)
+        # The first method's anchor goes ahead of the baseline, so that the baseline's repeats
+        # can be screened like any config's (:meth:`ModelStrategy.next_cell`): at a level where
+        # the anchor's runs already lie beyond the screen above the baseline's first run, its
+        # further repeats there buy nothing (the slowest cells of a study are off at c=1).
+        # (A failed anchor measured nothing: the next N of its method goes first instead.)
+        measuring = any(
+            c.num_speculative_tokens
+            and (state.done.get(c.key()) is not None or c.key() in state.in_flight)
+            for c in state.space.configs()
+        )
+        due = baseline is not None and baseline.key() not in taken
+        if baseline is not None and due and (measuring or anchor is None):
             self._decide_levels(baseline, _levels_of(state.study))
             return baseline
-        anchor = self._next_anchor(state)
         if anchor is not None:
             self._decide_levels(anchor, _levels_of(state.study))  # the model is fitted from it
             return anchor
+        if self._baseline_pending(state):
+            return None  # the model is fitted from the baseline too: wait for its run
         ranked = self.candidates(state)
         # Several N of one method are strongly tied: one run refits that method's model and
         # usually rules the others out. While one of its configs runs, another is started
@@ -145,6 +159,14 @@ class ModelProposer(ModelBounds):
             return None
         self._decide_levels(pick.config, pick.levels)
         return pick.config
+
+    @staticmethod
+    def _baseline_pending(state: SearchState) -> bool:
+        """Whether the study's baseline has not finished yet (running or not started): the
+        model's candidates are fitted from it, so none is proposed before it ran (a failed
+        baseline is finished: the model then fits without it)."""
+        baseline = state.space.baseline()
+        return baseline is not None and baseline.key() not in state.done
 
     # --- phase 1: every method at its largest N ---------------------------------------------
 

@@ -101,8 +101,9 @@ class ModelStrategy(ModelProposer):
     ``curves``: published acceptance curves by method (None: the catalog's for the study's
     model; see :func:`prior_anchor_n`).
 
-    Order: the baseline, then each method at its largest allowed N (the largest that did not
-    fail; the published curve's N first where it has one), then the candidates of
+    Order: the first method at its largest allowed N (the largest that did not fail; the
+    published curve's N first where it has one), the baseline, every other method so, then
+    (once the baseline has run: the model is fitted from it) the candidates of
     :meth:`candidates`, highest predicted gain first as :func:`rank_candidates` orders them
     (a convexity-guard neighbour of a measured best that the model predicts to lose goes ahead
     of a leader it may match). Stops (returns None) when no candidate is left.
@@ -122,7 +123,11 @@ class ModelStrategy(ModelProposer):
         repeat of a level, the next repeats are taken only while the config's median there,
         raised by ``screen_sigmas`` times the study's noise, still reaches the level's measured
         best: a config clearly beaten once is not measured again (and, measured once, it is
-        never chosen, see :func:`autotune.recommend.choose.screen`). A config still in reach of
+        never chosen, see :func:`autotune.recommend.choose.screen`). The baseline is screened
+        so too (the first anchor runs before it): where a speculative config already beats its
+        first run beyond the screen, off is not the answer there and more of its repeats only
+        narrow a speedup that is decided (its one run still states it, see
+        :func:`autotune.recommend.choose.choose`). A config still in reach of
         the best after its repeats somewhere is then measured at every other level too (same
         screen), so the one config for all levels is chosen among the contenders.
         """
@@ -175,7 +180,7 @@ class ModelStrategy(ModelProposer):
                     continue
                 if not can_measure(limits, level, measured):
                     continue  # a replay's recorded repeats are all drawn here
-                if cell.repeat == 0 or config.num_speculative_tokens == 0 or not mine.get(level):
+                if cell.repeat == 0 or not mine.get(level):
                     return cell
                 if in_reach(level):
                     return cell

@@ -13,8 +13,9 @@ time is the mean own time of the configs this run finished, so a slow first star
 makes every later config look as slow. (Where the engine time is not reported, the wall time
 submitted to finished stands in for it.) Before the first one finishes there is no estimate:
 the run goes on until the budget itself has passed. The strategy decides the order, so what the
-budget buys is the baseline first, then what the strategy ranks next; :func:`configs_bought`
-counts them ahead of a run (``study run --dry-run``).
+budget buys is what the strategy ranks first (the model strategy: the first method's anchor, then
+the baseline; the Optuna samplers: the baseline); :func:`configs_bought` counts them ahead of a
+run (``study run --dry-run``).
 
 The budget is per run: ``study resume`` starts a new clock (the engine-config and engine-hour
 budgets, by contrast, count the whole study).

@@ -79,7 +79,7 @@ def test_stops_early_when_the_largest_n_clearly_wins(tmp_path: Path):
     land = toy_landscape(tmp_path / "l.csv", [0.95] * 7, per_token_s=0.0002)
     store, summary = run(tmp_path, land)
     trials = store.trials(store.get_study("toy"))
-    assert [t.num_speculative_tokens for t in trials][:2] == [0, 7]  # baseline, then N_max
+    assert [t.num_speculative_tokens for t in trials][:2] == [7, 0]  # N_max, then the baseline
     # The grid has 8 configs; the model checks N_max's neighbor at most and stops.
     assert len(trials) <= 4
     assert summary.stop_reason == "no unmeasured config can beat the measured best"
@@ -111,34 +111,41 @@ def test_engines_measure_only_where_they_could_win(tmp_path: Path):
     repeats: dict[tuple[int, int], int] = defaultdict(int)  # (N, c) -> rows
     for r in rows:
         repeats[(r.num_speculative_tokens, r.concurrency)] += 1
-    assert [t.num_speculative_tokens for t in trials][:2] == [0, 7]
-    # The baseline is the reference: every level, every repeat.
-    assert repeats[(0, 1)] == repeats[(0, 4)] == 3
-    # The anchor takes every level once; at c = 4 its first run shows it cannot win: no repeats.
-    assert repeats[(7, 4)] == 1
+    assert [t.num_speculative_tokens for t in trials][:2] == [7, 0]
+    # The anchor ran first, with nothing to compare with: every level, every repeat.
+    assert repeats[(7, 1)] == repeats[(7, 4)] == 3
+    # The baseline takes every level; at c = 1 its first run is far below the anchor's: no
+    # repeats (off is not the answer there); at c = 4, where it wins, every repeat.
+    assert repeats[(0, 1)] == 1 and repeats[(0, 4)] == 3
     # Every later engine measures c = 1, the one level where it could win; the winner there
     # then runs once at c = 4 (a contender for the one config of all levels), the rest never.
     later = {t.num_speculative_tokens for t in trials[2:]}
     assert 3 in later and len(later) > 1
     assert repeats[(3, 1)] == 3 and repeats[(3, 4)] == 1
     assert all(repeats[(n, 4)] == 0 for n in later - {3})
-    assert api.recommend(store, "org/toy", "code", 1).choice.best.num_speculative_tokens == 3
+    at_1 = api.recommend(store, "org/toy", "code", 1).choice
+    assert at_1.best.num_speculative_tokens == 3
+    # Off's one run there is a screening run: never ranked, but it states the speedup, decided.
+    assert all(not s.is_baseline for s in at_1.ranked)
+    assert at_1.vs_baseline is not None and at_1.vs_baseline.verdict == "decided"
+    assert at_1.baseline is not None and at_1.baseline.repeats == 1
     off = api.recommend(store, "org/toy", "code", 4).choice
     assert off.best.is_baseline and off.best.repeats == 3
-    # A screening run (N = 7 at c = 4, measured once) is never ranked.
-    assert all(s.num_speculative_tokens != 7 for s in off.ranked)
+    # A screening run (N = 3 at c = 4, measured once) is never ranked.
+    assert all(s.num_speculative_tokens != 3 for s in off.ranked)
 
 
 def test_a_failed_largest_n_falls_back_to_the_next(tmp_path: Path):
-    # N=7 is missing from the landscape, so its engine fails; N=6 becomes the anchor.
+    # N=7 is missing from the landscape, so its engine fails; N=6 becomes the anchor, and
+    # still goes ahead of the baseline (the failed engine measured nothing to screen off by).
     land = toy_landscape(tmp_path / "l.csv", [0.95] * 7, per_token_s=0.0002, skip_n=[7])
     methods = [{"method": "eagle3", "draft": DRAFT, "num_speculative_tokens": {"max": 7}}]
     store, summary = run(tmp_path, land, methods=methods)
     trials = store.trials(store.get_study("toy"))
     assert [(t.num_speculative_tokens, t.state) for t in trials][:3] == [
-        (0, "complete"),
         (7, "failed"),
         (6, "complete"),
+        (0, "complete"),
     ]
     assert summary.trials_failed == 1
 
@@ -192,7 +199,8 @@ def test_step_floor_is_the_convex_monotone_amortized_lower_bound():
 
 def test_proposes_a_batch_for_free_slots(tmp_path: Path):
     """With several free slots the baseline and every method's anchor start together (each is
-    needed before the model can rank anything); nothing else is needed until they finish (the
+    needed before the model can rank anything), the first method's anchor ahead of the baseline
+    (off's repeats are screened against it); nothing else is needed until they finish (the
     slots beside them, ``fill``: tests/unit/test_model_strategy_slots.py)."""
     from autotune.search.model_strategy import ModelStrategy
     from autotune.search.space import SearchSpace
@@ -210,11 +218,11 @@ def test_proposes_a_batch_for_free_slots(tmp_path: Path):
     empty = SearchState(study, space, rows=(), done={}, in_flight=frozenset())
     batch = strategy.propose(empty, slots=8, fill=False)
     assert [(c.method, c.num_speculative_tokens) for c in batch] == [
-        ("none", 0),
         ("eagle3", 4),
+        ("none", 0),
         ("ngram", 3),
     ]
-    assert [c.label() for c in strategy.propose(empty, slots=1)] == ["off (no speculation)"]
+    assert [c.label() for c in strategy.propose(empty, slots=1)] == ["eagle3 N=4"]
     running = SearchState(
         study, space, rows=(), done={}, in_flight=frozenset(c.key() for c in batch)
     )
@@ -283,7 +291,7 @@ def test_a_published_curve_orders_the_first_batch_only(tmp_path: Path):
         api.run_study(store, "toy")
         trials = store.trials(store.get_study("toy"))
         first = [t.num_speculative_tokens for t in trials][:2]
-        assert first == ([0, 6] if model.startswith("moonshotai") else [0, 7]), model
+        assert first == ([6, 0] if model.startswith("moonshotai") else [7, 0]), model
         # Never a measurement: every stored acceptance length is the landscape's.
         truth = {p.num_speculative_tokens: p.mean_acceptance_length for p in read_landscape(land)}
         for r in store.measurements(study="toy"):

@@ -83,7 +83,7 @@ def run(store: Store, slots: int, max_configs: int | None = None) -> VirtualPool
 
 
 def test_k_free_slots_take_k_configs_that_could_win(tmp_path: Path):
-    # Nothing is measured yet: the baseline and N=7 (the anchor) are what the model needs; the
+    # Nothing is measured yet: N=7 (the anchor) and the baseline are what the model needs; the
     # other two slots take N of the method that could still win (nothing rules them out).
     store = make_study(tmp_path)
     study = ResolvedStudy.from_json(store.get_study("toy").resolved_json)
@@ -92,8 +92,8 @@ def test_k_free_slots_take_k_configs_that_could_win(tmp_path: Path):
     picks = ModelStrategy(study, curves={}).propose(state, 4)
     assert len(picks) == 4
     assert len({c.key() for c in picks}) == 4
-    assert [c.num_speculative_tokens for c in picks[:2]] == [0, N_MAX]
-    # With the baseline and the anchor running, three free slots take three more configs.
+    assert [c.num_speculative_tokens for c in picks[:2]] == [N_MAX, 0]
+    # With the anchor and the baseline running, three free slots take three more configs.
     running = frozenset(c.key() for c in picks[:2])
     more = ModelStrategy(study, curves={}).propose(dataclasses.replace(state, in_flight=running), 3)
     assert len(more) == 3
@@ -109,7 +109,7 @@ def test_one_slot_starts_only_what_the_model_needs(tmp_path: Path):
     pool = run(store, slots=1)
     trials = store.trials(store.get_study("toy"))
     assert pool.peak == 1
-    assert [t.num_speculative_tokens for t in trials][:2] == [0, N_MAX]
+    assert [t.num_speculative_tokens for t in trials][:2] == [N_MAX, 0]
     assert not [t for t in trials if t.state == "cancelled"]
     assert len(trials) < N_MAX + 1
 

@@ -62,7 +62,7 @@ def test_dry_run_of_the_cpu_demo_shows_a_plan_that_can_go(autotune, db_path: Pat
     r = autotune("study", "run", "tiny-cpu", "--dry-run")
     assert r.exit_code == 0, r.stderr
     out = r.stdout
-    assert "first batch: off (no speculation), ngram N=3, draft_model N=3" in out
+    assert "first batch: ngram N=3, off (no speculation), draft_model N=3" in out
     assert "13 engine configs (0 done, 13 to go), 9 levels x 2 repeats" in out
     assert "tensor_parallel_size=1 per engine; this machine: no GPU" in out
     for ref in ("tiny:llama", "tiny:draft", "tiny:eagle3", "tiny:dflash"):
@@ -99,7 +99,7 @@ def test_dry_run_of_a_gpu_study_on_this_cpu_machine_says_why_not(
     data = json.loads(autotune("study", "run", study, "--dry-run", "--json").stdout)
     assert data["ok"] is False and len(data["problems"]) == 2
     assert data["tensor_parallel_size"] == tp
-    assert data["planned"][0] == "off (no speculation)"
+    assert data["planned"][1] == "off (no speculation)"  # after the first method's anchor
     assert {w["ref"] for w in data["weights"]} >= set(targets)
     assert data["budget"]["max_engine_hours"] == (8 if study == "kimi-k2.5" else 4)
     assert data["engine_hours"] is None
@@ -254,7 +254,7 @@ def test_a_real_study_is_estimated_from_the_stores_finished_configs(
 
     bought = configs_bought(8.0, seconds[1], 0.0, 13)
     assert data["wall_plan"].startswith(f"8 min a run buys {bought} of 13 configs at ~")
-    assert "off (no speculation), ngram N=3" in data["wall_plan"]
+    assert "ngram N=3, off (no speculation)" in data["wall_plan"]
     text = autotune("study", "run", "tiny-cpu", "--dry-run").stdout
     assert f"wall       8 min a run buys {bought} of 13 configs" in text
 

@@ -133,5 +133,8 @@ def test_a_replayed_study_stores_each_recorded_repeat_at_most_once(
         assert "recorded 2 there" in summary.replay_note
     else:
         assert summary.replay_note == ""
-    # The cell that the spread rule wanted again is complete with its two recorded repeats.
-    assert sorted(by[(0, 1)]) == [100, 110]
+    # The cell that the spread rule wanted again is complete with its two recorded repeats (the
+    # first engine's: off under the grid, ngram N=2 under the model, whose first run there off
+    # then trails beyond the screen).
+    first = (0, 1) if sampler == "grid" else (2, 1)
+    assert sorted(by[first]) == sorted(recorded[first])

@@ -168,15 +168,15 @@ def test_the_run_stops_keeps_its_answer_and_resume_continues(tmp_path: Path, sto
     assert {(r.speculative_config or {}).get("num_speculative_tokens") for r in best} == {2}
 
 
-def test_the_budget_goes_to_the_baseline_then_the_strategys_first_pick(
+def test_the_budget_goes_to_the_strategys_first_pick_then_the_baseline(
     tmp_path: Path, store: Store
 ) -> None:
     _create(store, tmp_path, sampler="model")
     api.run_study(store, "walled", replay_time_scale=SCALE)
     api.run_study(store, "walled", replay_time_scale=SCALE)
     trials = store.trials(store.get_study("walled"))
-    # the model strategy's order: the baseline, then the method at its largest N
-    assert [(t.method, t.num_speculative_tokens) for t in trials] == [("none", 0), ("ngram", 3)]
+    # the model strategy's order: the method at its largest N, then the baseline
+    assert [(t.method, t.num_speculative_tokens) for t in trials] == [("ngram", 3), ("none", 0)]
 
 
 def test_study_run_says_what_is_left_and_how_to_go_on(autotune, db_path: Path, tmp_path) -> None:
