@@ -35,10 +35,16 @@ def tolerance_pct(path: Path) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument(
+        "--strategy",
+        action="append",
+        default=None,
+        help="only this strategy (repeatable; default: every one available)",
+    )
     parser.add_argument("landscapes", nargs="*", type=Path)
     args = parser.parse_args()
     paths = args.landscapes or sorted((HERE / "landscapes").glob("*.csv"))
-    strategies = available_strategies()
+    strategies = args.strategy or available_strategies()
     table = Table(
         title=f"median engine-seconds to target / grid engine-seconds ({args.seeds} seeds; "
         "reached/runs in brackets)"

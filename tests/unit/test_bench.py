@@ -224,3 +224,21 @@ def test_final_answers_say_undecided_where_the_intervals_overlap(tmp_path: Path)
     assert all(a.answer is not None and a.answer[2] == 1 for a in answers.values())
     assert answers[1].shortfall_pct == answers[4].shortfall_pct == 0.0
     assert answers[1].repeats == answers[4].repeats == 3
+
+
+def test_no_answer_is_on_target_before_off_is_measured(tmp_path: Path):
+    # ngram N=2 wins both levels, and the model starts it first (off runs second, screened):
+    # its answer after that first engine is right, but says nothing of off, so the target is
+    # reached only with off's engine, never at the first engine's 14 + 2 x (2 + 3) = 24 s.
+    rows = [r if r[1] != 2 else (*r[:3], tuple(t * 2 for t in r[3]), *r[4:]) for r in ROWS]
+    land = write_rows(tmp_path / "l.csv", rows)
+    from autotune.bench.search import _replayed
+
+    _, trials, _ = _replayed(land, "model", 0, None)
+    assert [t.num_speculative_tokens for t in trials[:2]] == [2, 0]
+    assert trials[0].engine_seconds == pytest.approx(24.0)
+    result = run_strategy(land, "model", seed=0)
+    assert result["final_regret_pct"] == pytest.approx(0.0)
+    assert result["engine_seconds_to_target"] == pytest.approx(
+        trials[0].engine_seconds + trials[1].engine_seconds
+    )
