@@ -111,8 +111,10 @@ def test_a_neighbour_does_not_jump_a_candidate_nothing_predicts():
 
 @pytest.mark.slow  # a 23-engine replayed search: `make test` runs it
 def test_the_dense_landscapes_winner_is_started_right_after_the_n_it_beats(tmp_path: Path):
-    """The whole replayed run on the bench landscape: mtp N=4 now follows N=3 (ranked by centre
-    alone it was the 17th engine, nine after N=3)."""
+    """The whole replayed run on the bench landscape: mtp N=4 comes within two engines of N=3
+    (ranked by centre alone it was the 17th engine, nine after N=3). The one engine that may go
+    between them is another option's candidate (DFlash N=7 since the first anchor runs ahead of
+    off), which a guard neighbour does not jump: it jumps only a leader of its own option."""
     land = Path(__file__).resolve().parents[2] / "bench/landscapes/synthetic-qwen27b-dense.csv"
     store = Store(str(tmp_path / "s.db"))
     data = study_from_landscape(land, "dense", sampler="model", seed=0)
@@ -120,4 +122,5 @@ def test_the_dense_landscapes_winner_is_started_right_after_the_n_it_beats(tmp_p
     api.run_study(store, "dense")
     started = [(t.method, t.num_speculative_tokens) for t in store.trials(store.get_study("dense"))]
     store.dispose()
-    assert started.index(("mtp", 4)) == started.index(("mtp", 3)) + 1
+    between = started[started.index(("mtp", 3)) + 1 : started.index(("mtp", 4))]
+    assert len(between) <= 1 and all(method != "mtp" for method, _ in between), started
