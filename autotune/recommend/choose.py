@@ -273,14 +273,14 @@ def choose(
     ranked = rank(scores, tie_pct)
     # Off measured once where a speculative config was far ahead (the model search screens its
     # repeats) is never the answer, but it still states the answer's speedup.
-    off = [s for s in (*ranked, *screened) if s.is_baseline]
+    off = next((s for s in (*ranked, *screened) if s.is_baseline), None)
     return choice_from_ranked(
         workload,
         digest,
         concurrency,
         ranked,
         tie_pct,
-        baseline=off[0] if off else None,
+        baseline=off,
         screened=tuple(screened),
         runs=baseline_runs(cell),
         cell=cell,

@@ -132,8 +132,7 @@ class ModelProposer(ModelBounds):
             and (state.done.get(c.key()) is not None or c.key() in state.in_flight)
             for c in state.space.configs()
         )
-        due = baseline is not None and baseline.key() not in taken
-        if baseline is not None and due and (measuring or anchor is None):
+        if baseline is not None and baseline.key() not in taken and (measuring or anchor is None):
             self._decide_levels(baseline, _levels_of(state.study))
             return baseline
         if anchor is not None:

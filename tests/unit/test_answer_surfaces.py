@@ -228,6 +228,17 @@ def test_the_surfaces_agree_under_vllm_53436s_noise(autotune, tmp_path: Path) ->
     assert verdicts <= {"tie", "undecided", "decided"}
 
 
+def _every_surface_says_nothing_compared(views: dict[str, View], answer: str) -> None:
+    """Every surface agrees, answers ``answer`` at every level, with no margin and confidence
+    ``nothing compared`` (one config ranked)."""
+    assert disagreements(views) == []
+    for name, view in views.items():
+        assert view, name
+        for key, (winner, margin, verdict, confidence) in view.items():
+            assert winner == answer and margin is None, (name, key)
+            assert verdict == confidence == "nothing compared", (name, key)
+
+
 def test_a_study_stopped_after_its_first_engine_says_off_was_not_measured_everywhere(
     autotune, tmp_path: Path
 ) -> None:
@@ -238,13 +249,7 @@ def test_a_study_stopped_after_its_first_engine_says_off_was_not_measured_everyw
     assert created.exit_code == 0, created.stderr
     run = autotune("study", "run", "s", "-q", "--replay-time-scale", "0", "--max-configs", "1")
     assert run.exit_code == 0, run.stderr
-    views = surface_views(autotune, "s", tmp_path)
-    assert disagreements(views) == []
-    for name, view in views.items():
-        assert view, name
-        for key, (winner, margin, verdict, confidence) in view.items():
-            assert winner == "mtp N=4" and margin is None, (name, key)
-            assert verdict == confidence == "nothing compared", (name, key)
+    _every_surface_says_nothing_compared(surface_views(autotune, "s", tmp_path), "mtp N=4")
     rec = autotune("recommend", "--model", "tiny-mtp", "--workload", "code", "--json")
     reasons = [r for lv in json.loads(rec.stdout)["answer"]["levels"] for r in lv["reasons"]]
     assert {r["kind"] for r in reasons} >= {"no-baseline", "nothing-compared", "partial-study"}
@@ -268,12 +273,7 @@ def test_a_baseline_only_study_answers_nothing_compared_everywhere(
     run = autotune("study", "run", "s", "-q", "--replay-time-scale", "0", "--max-configs", "1")
     assert run.exit_code == 0, run.stderr
     views = surface_views(autotune, "s", tmp_path)
-    assert disagreements(views) == []
-    for name, view in views.items():
-        assert view, name
-        for key, (winner, margin, verdict, confidence) in view.items():
-            assert winner == "off" and margin is None, (name, key)
-            assert verdict == confidence == "nothing compared", (name, key)
+    _every_surface_says_nothing_compared(views, "off")
     # The HTML carries the CLI's caveats: nothing compared, and the partial study.
     page = (tmp_path / "s.html").read_text(encoding="utf-8")
     assert "nothing compared, only off (no speculation) was measured there" in page
