@@ -30,6 +30,13 @@ def _env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(REPO), "AUTOTUNE_DB": ""}
 
 
+def _one_done_and_one_measuring(store: Store, name: str, said: str) -> bool:
+    if "[1/" not in said:
+        return False
+    states = [t.state for t in store.trials(store.get_study(name))]
+    return "complete" in states and "running" in states
+
+
 @pytest.mark.parametrize(
     ("name", "send", "code", "why"),
     [
@@ -66,11 +73,16 @@ def test_a_signal_stops_the_run_cleanly(tmp_path: Path, name, send, code, why) -
             start_new_session=True,
             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
         )
+        # One trial done and the next one measuring: the progress line alone is not enough,
+        # the loop prints it before it asks for and records the next trial (a signal sent in
+        # between leaves nothing running to interrupt).
         deadline = time.monotonic() + 240
-        while "[1/" not in err.read_text():  # one trial done, the next one measuring
+        watch = Store(str(db))
+        while not _one_done_and_one_measuring(watch, name, err.read_text()):
             assert proc.poll() is None, err.read_text()
             assert time.monotonic() < deadline, err.read_text()
-            time.sleep(0.5)
+            time.sleep(0.2)
+        watch.dispose()
         send(proc)
         proc.communicate(timeout=120)
     said = err.read_text()
