@@ -372,7 +372,12 @@ def rank_candidates(cands: Iterable[Candidate]) -> list[Candidate]:
     at the neighbour settles which, where a knee the line misses puts the optimum. Highest
     centre first among such. A neighbour the model predicts to win keeps its place by its
     centre (model and guard agree), and one beside the best of another level or option does
-    not delay ``top`` (there they do not compete).
+    not delay ``top`` (there they do not compete). When no candidate is predicted to beat the
+    measured best (``top``'s gain < 1) and ``top`` itself rests on the line alone (the guard
+    put it next to no measured best), the first guard-backed candidate of any level or option
+    goes first instead: the line already failed to predict a win, and a measured best's
+    neighbour is where a knee it misses would sit (session 18: stress-29 went from 1.58x to
+    1.10x its oracle floor, no other of the 90 stress rows moved).
 
     Candidates nothing predicts (infinite gain) keep their place at the front; otherwise ties
     go by (-upside, N), the smaller N first (cheaper to verify, and the choosing rule prefers
@@ -391,6 +396,10 @@ def rank_candidates(cands: Iterable[Candidate]) -> list[Candidate]:
                 and c.upside >= top.gain
             )
             pick = next(rivals, top)
+            if pick is top and top.gain < 1 and not top.beside_best:
+                # Nothing is predicted to win and top rests on the line alone: a neighbour the
+                # guard found next to a measured best is the likelier place of a missed knee.
+                pick = next((c for c in rest if c.beside_best and math.isfinite(c.gain)), top)
         out.append(pick)
         rest.remove(pick)
     return out

@@ -81,13 +81,32 @@ def test_a_neighbour_elsewhere_does_not_delay_the_leader():
         cand("dflash", 9, gain=0.991, upside=1.158),
         cand("mtp", 4, gain=0.989, upside=1.089, beside=("code", 1)),
     ]
-    assert order(other_level) == ["mtp7", "dflash9", "mtp4"]
+    assert order(other_level) == ["mtp7", "mtp4", "dflash9"]
     other_method = [
         cand("dflash", 7, gain=1.040, upside=1.168),
         cand("dflash", 9, gain=0.991, upside=1.158),
         cand("mtp", 4, gain=0.989, upside=1.089, beside=LEVEL),
     ]
-    assert order(other_method) == ["dflash7", "dflash9", "mtp4"]
+    # The leader (predicted to win) goes first; behind it nothing is predicted to win, so the
+    # guard-backed neighbour goes before dflash N=9, which rests on the line alone.
+    assert order(other_method) == ["dflash7", "mtp4", "dflash9"]
+
+
+def test_when_nothing_is_predicted_to_win_a_guard_neighbour_goes_before_the_line():
+    # stress-29 at c=16: the line puts N=13 just below the measured best with nothing next to
+    # a best; the guard's neighbour N=4 (of another level) goes first, then the line's order.
+    cands = [
+        cand("mtp", 13, gain=0.998, upside=1.120),
+        cand("mtp", 12, gain=0.995, upside=1.110),
+        cand("mtp", 4, gain=0.905, upside=0.996, beside=("code", 16)),
+    ]
+    assert order(cands) == ["mtp4", "mtp13", "mtp12"]
+    # A candidate the model predicts to win still leads; the rule applies only below 1.
+    cands[0] = cand("mtp", 13, gain=1.002, upside=1.120)
+    assert order(cands) == ["mtp13", "mtp4", "mtp12"]
+    # Nor does it jump a candidate nothing predicts (infinite gain).
+    cands[0] = cand("mtp", 13, gain=float("inf"), upside=float("inf"))
+    assert order(cands) == ["mtp13", "mtp4", "mtp12"]
 
 
 def test_without_a_neighbour_the_order_is_by_centre_then_upside_then_smaller_n():
