@@ -88,6 +88,17 @@ def test_the_next_config_is_not_started_when_it_would_pass_the_budget() -> None:
     assert WallBudget(None, clock=lambda: now[0]).exceeded() == ""
 
 
+def test_the_first_config_of_a_run_starts_however_late_the_run_gets_to_it() -> None:
+    """A resume whose set-up (Ray, the store, a loaded machine) outlasts the budget still
+    measures one config: every run makes progress, as ``configs_bought`` counts."""
+    now = [0.0]
+    wall = WallBudget(0.01, clock=lambda: now[0])  # 0.6 s
+    now[0] = 5.0
+    assert wall.exceeded() == "" and wall.decided_s is None
+    wall.trial_started(1)
+    assert wall.exceeded() == "wall budget (0.01 min): 5 s elapsed" and wall.decided_s == 5.0
+
+
 def test_without_an_estimate_the_run_stops_once_the_budget_has_passed() -> None:
     now = [0.0]
     wall = WallBudget(0.5, clock=lambda: now[0])
