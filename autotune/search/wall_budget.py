@@ -12,12 +12,12 @@ the first actor's imports), paid once (:attr:`WallBudget.startup_s`). The next c
 time is the mean own time of the configs this run finished, so a slow first start no longer
 makes every later config look as slow. (Where the engine time is not reported, the wall time
 submitted to finished stands in for it.) Before the first one finishes there is no estimate:
-the run goes on until the budget itself has passed. The run's first config always starts, however
-long the run took to get there (Ray, a slow store, a loaded machine), so every ``study resume``
-measures at least one config, as :func:`configs_bought` counts. The strategy decides the order, so what the
-budget buys is what the strategy ranks first (the model strategy: the first method's anchor, then
-the baseline; the Optuna samplers: the baseline); :func:`configs_bought` counts them ahead of a
-run (``study run --dry-run``).
+the run goes on until the budget itself has passed. The run's first config always starts,
+however long the run took to get there (Ray, a slow store, a loaded machine), so every
+``study resume`` measures at least one config, as :func:`configs_bought` counts. The strategy
+decides the order, so what the budget buys is what the strategy ranks first (the model
+strategy: the first method's anchor, then the baseline; the Optuna samplers: the baseline);
+:func:`configs_bought` counts them ahead of a run (``study run --dry-run``).
 
 The budget is per run: ``study resume`` starts a new clock (the engine-config and engine-hour
 budgets, by contrast, count the whole study).
@@ -52,8 +52,6 @@ class WallBudget:
     """Engine-seconds of each config this run finished (its wall seconds when not reported)."""
     decided_s: float | None = None
     """Seconds since the run began when :meth:`exceeded` first stopped it (None: it did not)."""
-    starts: int = 0
-    """Configs this run started: until one has, nothing stops it (every run makes progress)."""
     _submitted: dict[int, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -64,7 +62,6 @@ class WallBudget:
         return self.clock() - self.started_at
 
     def trial_started(self, trial_id: int) -> None:
-        self.starts += 1
         self._submitted[trial_id] = self.clock()
 
     def trial_finished(self, trial_id: int, engine_seconds: float | None = None) -> None:
@@ -112,8 +109,8 @@ class WallBudget:
     def exceeded(self) -> str:
         """Why no config may start now (the run's stop reason), or "" while one may (always
         before this run started its first config)."""
-        if self.minutes is None or self.starts == 0:
-            return ""
+        if self.minutes is None or not (self._submitted or self.durations):
+            return ""  # no budget, or this run has not started a config yet
         limit_s = self.minutes * 60
         elapsed = self.elapsed_s
         expected = self.expected_s()
