@@ -55,7 +55,12 @@ engine-seconds to target / grid, and final regret), the first strategy's cost ov
 floor's (issue #36: <= 1.3), and a summary line per strategy.
 
 Usage: .venv/bin/python bench/stress.py [--count 12] [--seeds 2] [--per-family 3]
-       [--family NAME ...] [--strategy model ...]
+       [--family NAME ...] [--strategy model ...] [--by-role]
+
+``--by-role`` also replays the first strategy once more per landscape (seed 0) and splits its
+cost to target by what each engine was to the search (``autotune.bench.search.ROLES``: the
+baseline, a method's anchor or a later N, each split by whether the config could answer some
+level within the target): where the engine-seconds before the answer went.
 """
 
 from __future__ import annotations
@@ -76,7 +81,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from autotune.bench.search import grid_and_oracle, run_bench, summarize
+from autotune.bench.search import ROLES, grid_and_oracle, run_bench, spend_by_role, summarize
 from autotune.spec.methods import METHODS
 
 HERE = Path(__file__).resolve().parent
@@ -440,6 +445,12 @@ def main() -> None:
     parser.add_argument("--per-family", type=int, default=3, help="landscapes per family")
     parser.add_argument("--family", action="append", choices=FAMILIES, default=None)
     parser.add_argument("--strategy", action="append", default=None)
+    parser.add_argument(
+        "--by-role",
+        action="store_true",
+        help="also split the first strategy's seed-0 cost to target by engine role "
+        "(autotune.bench.search.ROLES) and print each role's mean over the rows",
+    )
     args = parser.parse_args()
     warnings.filterwarnings("ignore", category=FutureWarning)  # Optuna's, once per TPE run
     strategies = args.strategy or ["model", "tpe", "grid"]
@@ -450,6 +461,10 @@ def main() -> None:
     table.add_column(f"{strategies[0]}/oracle", justify="right")
     ratios: dict[str, list[float]] = {s: [] for s in strategies}
     floors: list[float] = []
+    roles = Table(title=f"{strategies[0]}, seed 0: engine-seconds to target / grid, by engine role")
+    for col in ("landscape", "to target", *ROLES):
+        roles.add_column(col, justify="right")
+    splits: list[dict[str, float]] = []
     draws = [(random_landscape, seed) for seed in range(args.first, args.first + args.count)]
     draws += [
         (lambda i, f=family: family_landscape(f, i), i)
@@ -486,7 +501,20 @@ def main() -> None:
             )
             print(" | ".join(row), file=sys.stderr, flush=True)  # progress; the table follows
             table.add_row(*row)
+            if args.by_role:
+                split, to_target = spend_by_role(path, strategies[0], 0, tol)
+                splits.append(split)
+                roles.add_row(
+                    spec.name,
+                    "never" if to_target is None else f"{to_target:.3f}",
+                    *(f"{split.get(r, 0.0):.3f}" for r in ROLES),
+                )
     Console(width=160).print(table)
+    if args.by_role:
+        Console(width=160).print(roles)
+        reached = [s for s in splits if s]
+        means = ", ".join(f"{r} {statistics.fmean(s[r] for s in reached):.3f}" for r in ROLES)
+        print(f"by role, mean over the {len(reached)} rows that reached the target: {means}")
     over = [f for f in floors if f > ORACLE_BOUND]
     print(
         f"{strategies[0]}/oracle: worst {max(floors):.2f}; {len(over)} of {len(floors)} rows over "

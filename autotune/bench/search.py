@@ -146,7 +146,23 @@ def run_strategy(
     from autotune.recommend.choose import choose
 
     truth, trials, rows = _replayed(landscape, strategy, seed, repeats)
+    spent, worst, reached_at = _scored(truth, trials, rows, tolerance, choose)
+    return {
+        "strategy": strategy,
+        "seed": seed,
+        "engine_seconds": round(spent[-1] if spent else 0.0, 3),
+        "engine_starts": len(trials),
+        "engine_seconds_to_target": None if reached_at is None else round(reached_at, 3),
+        "final_regret_pct": round(worst[-1], 4) if worst else 100.0,
+        "grid_engine_seconds": round(truth.grid_engine_seconds, 3),
+    }
 
+
+def _scored(
+    truth: Truth, trials: Sequence[Any], rows: Sequence[Any], tolerance: float, choose: Any
+) -> tuple[list[float], list[float], float | None]:
+    """(engine-seconds spent through each trial, the worst level's regret after it, the
+    engine-seconds to target or None) of one replayed run."""
     by_trial: dict[int, list[Any]] = defaultdict(list)
     for r in rows:
         by_trial[r.trial_id].append(r)
@@ -165,16 +181,64 @@ def run_strategy(
         cumulative.append(spent)
         off_seen = not has_off or any(r.num_speculative_tokens == 0 for r in seen)
         worst.append(_worst_regret(truth, seen, choose) if off_seen else 100.0)
-    reached_at = time_to_target(cumulative, worst, tolerance)
-    return {
-        "strategy": strategy,
-        "seed": seed,
-        "engine_seconds": round(spent, 3),
-        "engine_starts": len(trials),
-        "engine_seconds_to_target": None if reached_at is None else round(reached_at, 3),
-        "final_regret_pct": round(worst[-1], 4) if worst else 100.0,
-        "grid_engine_seconds": round(truth.grid_engine_seconds, 3),
+    return cumulative, worst, time_to_target(cumulative, worst, tolerance)
+
+
+ROLES = ("off", "anchor, answers", "anchor, never", "later, answers", "later, never", "failed")
+"""What an engine was to the search, as :func:`spend_by_role` splits engine-seconds: the baseline;
+a method's first engine (its anchor) or a later N of a method already measured; "answers" when
+the config is within the target tolerance of the true best at some level (it could be that
+level's answer), "never" when it is not at any level; a trial that measured nothing."""
+
+
+def spend_by_role(
+    landscape: Path | str,
+    strategy: str,
+    seed: int = 0,
+    tolerance: float = DEFAULT_TOLERANCE_PCT,
+    repeats: int | None = None,
+) -> tuple[dict[str, float], float | None]:
+    """Where one run's engine-seconds to target went: per :data:`ROLES`, the engine-seconds of
+    the trials up to the one that reached the target, over the grid's (the landscape's every
+    config measured); and the cost to target over the grid's (None, and an empty split, when
+    the run never reached it). The parts sum to the cost to target."""
+    from autotune.recommend.choose import choose
+
+    truth, trials, rows = _replayed(landscape, strategy, seed, repeats)
+    cumulative, _, reached_at = _scored(truth, trials, rows, tolerance, choose)
+    if reached_at is None:
+        return {}, None
+    answers = {
+        config
+        for level in truth.levels
+        for config in truth.throughput[level]
+        if truth.regret_pct(level, config) <= tolerance + 1e-9
     }
+    grid = truth.grid_engine_seconds
+    by_trial: dict[int, list[Any]] = defaultdict(list)
+    for r in rows:
+        by_trial[r.trial_id].append(r)
+    split = dict.fromkeys(ROLES, 0.0)
+    methods: set[tuple[str, str | None, str]] = set()
+    for t, spent in zip(trials, cumulative, strict=True):
+        if spent > reached_at + 1e-9:
+            break
+        mine = by_trial.get(t.id, [])
+        if not mine:
+            role = "failed"
+        else:
+            r = mine[0]
+            knobs = params_key(knob_params(r.speculative_config)) if truth.knobs else ""
+            config = (r.method, r.draft, r.num_speculative_tokens, knobs)
+            option = (r.method, r.draft, knobs)
+            if r.num_speculative_tokens == 0:
+                role = "off"
+            else:
+                kind = "later" if option in methods else "anchor"
+                role = f"{kind}, {'answers' if config in answers else 'never'}"
+                methods.add(option)
+        split[role] += (t.engine_seconds or 0.0) / grid
+    return split, reached_at / grid
 
 
 def _replayed(

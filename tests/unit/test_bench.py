@@ -15,8 +15,10 @@ from click.testing import CliRunner
 from autotune import api
 from autotune.bench.search import (
     RESULT_KEYS,
+    ROLES,
     landscape_truth,
     run_strategy,
+    spend_by_role,
     study_from_landscape,
     summarize,
     time_to_target,
@@ -79,6 +81,24 @@ def test_grid_run_costs_exactly_the_grid(tmp_path: Path):
     assert result["final_regret_pct"] == pytest.approx(0.0)
     assert result["engine_seconds_to_target"] is not None
     assert result["engine_seconds_to_target"] <= result["engine_seconds"]
+
+
+def test_spend_by_role_splits_the_cost_to_target_by_what_each_engine_was(tmp_path: Path):
+    land = write(tmp_path / "l.csv")
+    split, to_target = spend_by_role(land, "model", seed=0)
+    result = run_strategy(land, "model", seed=0)
+    assert tuple(split) == ROLES
+    assert to_target == pytest.approx(
+        result["engine_seconds_to_target"] / result["grid_engine_seconds"], abs=1e-4
+    )
+    assert sum(split.values()) == pytest.approx(to_target)
+    # The model starts ngram at its largest N (best at c=1), then off, then ngram N=1 (best at
+    # c=4): every speculative engine could answer a level, none is a loser.
+    assert split["anchor, answers"] > 0 and split["off"] > 0 and split["later, answers"] > 0
+    assert split["anchor, never"] == split["later, never"] == split["failed"] == 0.0
+    # Whatever the strategy, the parts are the cost to target.
+    grid_split, grid_to_target = spend_by_role(land, "grid", seed=0)
+    assert grid_to_target is not None and sum(grid_split.values()) == pytest.approx(grid_to_target)
 
 
 def test_time_to_target_must_hold_to_the_end():
