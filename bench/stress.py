@@ -507,14 +507,17 @@ def main() -> None:
                 roles.add_row(
                     spec.name,
                     "never" if to_target is None else f"{to_target:.3f}",
-                    *(f"{split.get(r, 0.0):.3f}" for r in ROLES),
+                    *(f"{split[r]:.3f}" if split else "-" for r in ROLES),
                 )
     Console(width=160).print(table)
     if args.by_role:
         Console(width=160).print(roles)
         reached = [s for s in splits if s]
-        means = ", ".join(f"{r} {statistics.fmean(s[r] for s in reached):.3f}" for r in ROLES)
-        print(f"by role, mean over the {len(reached)} rows that reached the target: {means}")
+        if reached:
+            means = ", ".join(f"{r} {statistics.fmean(s[r] for s in reached):.3f}" for r in ROLES)
+            print(f"by role, mean over the {len(reached)} rows that reached the target: {means}")
+        else:
+            print("by role: no row reached the target")
     over = [f for f in floors if f > ORACLE_BOUND]
     print(
         f"{strategies[0]}/oracle: worst {max(floors):.2f}; {len(over)} of {len(floors)} rows over "
