@@ -109,6 +109,32 @@ def test_outliers_are_left_out_of_the_truth(tmp_path: Path):
 def test_tolerance_is_the_choosing_rules_tie_band_at_the_noise():
     # sqrt(2) * t(0.975, 2) * sigma / sqrt(3) = 3.51 sigma, never below the 1 % tie margin.
     assert [STRESS.tolerance_pct(s, 3) for s in (0.25, 0.5, 1.0, 2.0)] == [1.0, 2.0, 4.0, 8.0]
+    # tie+band: that band (at least the 1 % margin) plus the 3.51 sigma error band once more.
+    assert [STRESS.tolerance_pct(s, 3, "tie+band") for s in (0.25, 0.5, 1.0, 2.0)] == [
+        2.0,
+        4.0,
+        8.0,
+        15.0,
+    ]
+    with pytest.raises(ValueError, match="unknown tolerance rule"):
+        STRESS.tolerance_pct(1.0, 3, "tie")
+
+
+@pytest.mark.slow  # two full grid replays: `make test` runs it
+def test_the_grid_misses_stress_35_at_the_band_and_meets_it_at_tie_plus_band(tmp_path: Path):
+    """The full grid (every config measured) answers (w1, c=16) of stress-35 with N=5, which the
+    1 % tie margin calls tied with N=7 on the measured medians and which is truly 1.1 % below:
+    the band misses by the tie rule alone, tie+band does not."""
+    from autotune.bench.search import run_strategy
+
+    spec, noise = STRESS.random_landscape(35)
+    path = SYN.write(spec, tmp_path)
+    band = run_strategy(path, "grid", 0, STRESS.tolerance_pct(noise, spec.repeats))
+    wider = run_strategy(path, "grid", 0, STRESS.tolerance_pct(noise, spec.repeats, "tie+band"))
+    assert band["engine_seconds_to_target"] is None
+    assert 1.0 < band["final_regret_pct"] < 2.0
+    assert wider["engine_seconds_to_target"] is not None
+    assert wider["final_regret_pct"] == band["final_regret_pct"]
 
 
 def test_low_concurrency_noise_has_the_reported_shape(tmp_path: Path):
