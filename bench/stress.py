@@ -56,6 +56,10 @@ floor's (issue #36: <= 1.3), and a summary line per strategy.
 
 Usage: .venv/bin/python bench/stress.py [--count 12] [--seeds 2] [--per-family 3]
        [--family NAME ...] [--strategy model ...] [--by-role] [--tolerance band|tie+band]
+       [--per-level]
+
+``--per-level`` holds a landscape whose noise differs by concurrency (``low-c-noise``) to each
+level's own band (:func:`level_tolerances`) instead of its noisiest level's at every level.
 
 ``--tolerance tie+band`` holds each landscape to the choosing rule's tie band plus the measured
 ratio's own error band instead of the band alone (:func:`tolerance_pct`): the target the full grid
@@ -190,6 +194,28 @@ def tolerance_pct(noise_pct: float, repeats: int, rule: str = "band") -> float:
     if rule == "tie+band":
         tie += band
     return float(max(PRACTICAL_TIE_PCT, math.ceil(tie - 1e-9)))
+
+
+def level_tolerances(spec, noise_pct: float, rule: str = "band", per_level: bool = False):
+    """A landscape's target (:func:`tolerance_pct`): one percent for every level from the
+    landscape's ``noise_pct`` or, with ``per_level`` on a landscape whose noise differs by
+    concurrency (``low-c-noise``), one per concurrency from that level's own sigma, so a level
+    of 0.5 % noise is not held to the band of another level's 20 %. Returns a float or a dict of
+    concurrency -> percent (:data:`autotune.bench.search.Tolerance`)."""
+    if not (per_level and spec.noise_by_concurrency):
+        return tolerance_pct(noise_pct, spec.repeats, rule)
+    sigmas = dict(spec.noise_by_concurrency)
+    return {
+        c: tolerance_pct(sigmas.get(c, spec.noise_pct), spec.repeats, rule)
+        for c in spec.concurrency
+    }
+
+
+def _tolerance_text(tol) -> str:
+    """``2%``, or per concurrency ``11/21/8/1/1%``."""
+    if isinstance(tol, dict):
+        return "/".join(f"{t:g}" for _, t in sorted(tol.items())) + "%"
+    return f"{tol:g}%"
 
 
 FAMILIES = (
@@ -474,6 +500,12 @@ def main() -> None:
         "band at the noise (default), or that band plus the measured ratio's error band",
     )
     parser.add_argument(
+        "--per-level",
+        action="store_true",
+        help="hold a landscape whose noise differs by concurrency (low-c-noise) to each "
+        "level's own band instead of its noisiest level's (see level_tolerances)",
+    )
+    parser.add_argument(
         "--by-role",
         action="store_true",
         help="also split the first strategy's seed-0 cost to target by engine role "
@@ -503,7 +535,7 @@ def main() -> None:
         for make, seed in draws:
             spec, noise = make(seed)
             path = ms.write(_with_block_configs(spec, Path(tmp)), Path(tmp))
-            tol = tolerance_pct(noise, spec.repeats, args.tolerance)
+            tol = level_tolerances(spec, noise, args.tolerance, args.per_level)
             results = run_bench(path, strategies, args.seeds, tol)
             grid_s, oracle_s = grid_and_oracle(path)
             by = {s.strategy: s for s in summarize(results)}
@@ -522,7 +554,7 @@ def main() -> None:
                 spec.name,
                 str(configs),
                 str(len(spec.workloads) * len(spec.concurrency)),
-                f"{tol:g}%",
+                _tolerance_text(tol),
                 f"{oracle_s / grid_s:.2f}",
                 *cells,
                 "never" if math.isinf(floor) else f"{floor:.2f}",

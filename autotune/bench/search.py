@@ -4,7 +4,8 @@ loop and a real store, and score it by the engine-seconds it spent to reach the 
 The truth of a landscape is the mean over its recorded repeats of every (config, workload,
 concurrency), a repeat slowed by a transient left out; a run reaches the target once the recommendation the choosing rule makes from what
 was measured so far is within ``tolerance`` percent of the truth's best at every level, and stays
-there to the end of the run.
+there to the end of the run. ``tolerance`` is one percent for every level or one per concurrency
+(:data:`Tolerance`), for a landscape whose noise differs by load.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import os
 import statistics
 import tempfile
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,20 @@ RESULT_KEYS = (
 """The keys of one :func:`run_strategy` result, in order (``--json`` prints exactly these)."""
 
 DEFAULT_TOLERANCE_PCT = 1.0
+
+Tolerance = float | Mapping[int, float]
+"""The target, in percent below a level's true best: one for every level, or one per concurrency
+(a landscape whose repeat noise differs by load is held to each level's own band)."""
+
+
+def tolerance_at(tolerance: Tolerance, concurrency: int) -> float:
+    """The target at ``concurrency``; a per-concurrency tolerance must name every level's."""
+    if isinstance(tolerance, Mapping):
+        if concurrency not in tolerance:
+            raise ValueError(f"the tolerance names no target for concurrency {concurrency}")
+        return float(tolerance[concurrency])
+    return float(tolerance)
+
 
 Config = LandscapeConfig
 """(method, draft, num_speculative_tokens, knobs JSON), as a landscape names an engine config."""
@@ -135,7 +150,7 @@ def run_strategy(
     landscape: Path | str,
     strategy: str,
     seed: int = 0,
-    tolerance: float = DEFAULT_TOLERANCE_PCT,
+    tolerance: Tolerance = DEFAULT_TOLERANCE_PCT,
     repeats: int | None = None,
 ) -> dict[str, Any]:
     """Run one strategy once on a landscape (a fresh SQLite store in a temp dir) and score it.
@@ -159,7 +174,7 @@ def run_strategy(
 
 
 def _scored(
-    truth: Truth, trials: Sequence[Any], rows: Sequence[Any], tolerance: float, choose: Any
+    truth: Truth, trials: Sequence[Any], rows: Sequence[Any], tolerance: Tolerance, choose: Any
 ) -> tuple[list[float], list[float], float | None]:
     """(engine-seconds spent through each trial, the worst level's regret after it, the
     engine-seconds to target or None) of one replayed run."""
@@ -169,6 +184,7 @@ def _scored(
     seen: list[Any] = []
     spent = 0.0
     worst: list[float] = []
+    over: list[float] = []  # per trial: the most any level is beyond its target (<= 0: on target)
     cumulative: list[float] = []
     # Trials are numbered in start order; with the one-slot replay pool they finish in order,
     # so after trial k the store held exactly the rows of trials 0..k.
@@ -180,8 +196,12 @@ def _scored(
         seen.extend(by_trial.get(t.id, ()))
         cumulative.append(spent)
         off_seen = not has_off or any(r.num_speculative_tokens == 0 for r in seen)
-        worst.append(_worst_regret(truth, seen, choose) if off_seen else 100.0)
-    return cumulative, worst, time_to_target(cumulative, worst, tolerance)
+        regrets = _regrets(truth, seen, choose) if off_seen else dict.fromkeys(truth.levels, 100.0)
+        worst.append(max(regrets.values(), default=0.0))
+        over.append(
+            max((r - tolerance_at(tolerance, lv[1]) for lv, r in regrets.items()), default=0.0)
+        )
+    return cumulative, worst, time_to_target(cumulative, over, 0.0)
 
 
 ROLES = ("off", "anchor, answers", "anchor, never", "later, answers", "later, never", "failed")
@@ -195,7 +215,7 @@ def spend_by_role(
     landscape: Path | str,
     strategy: str,
     seed: int = 0,
-    tolerance: float = DEFAULT_TOLERANCE_PCT,
+    tolerance: Tolerance = DEFAULT_TOLERANCE_PCT,
     repeats: int | None = None,
 ) -> tuple[dict[str, float], float | None]:
     """Where one run's engine-seconds to target went: per :data:`ROLES`, the engine-seconds of
@@ -212,7 +232,7 @@ def spend_by_role(
         config
         for level in truth.levels
         for config in truth.throughput[level]
-        if truth.regret_pct(level, config) <= tolerance + 1e-9
+        if truth.regret_pct(level, config) <= tolerance_at(tolerance, level[1]) + 1e-9
     }
     grid = truth.grid_engine_seconds
     by_trial: dict[int, list[Any]] = defaultdict(list)
@@ -367,8 +387,9 @@ def time_to_target(
     return reached
 
 
-def _worst_regret(truth: Truth, rows: Sequence[Any], choose: Any) -> float:
-    worst = 0.0
+def _regrets(truth: Truth, rows: Sequence[Any], choose: Any) -> dict[Level, float]:
+    """Per level, how far below its true best the recommendation from ``rows`` is, in percent."""
+    regrets = {}
     for level in truth.levels:
         # The search's quality: the answer recommend gives (autotune.evidence.decide).
         choice = choose(rows, *level) if rows else None
@@ -381,8 +402,8 @@ def _worst_regret(truth: Truth, rows: Sequence[Any], choose: Any) -> float:
                 best.num_speculative_tokens,
                 params_key(knob_params(best.speculative_config)) if truth.knobs else "",
             )
-        worst = max(worst, truth.regret_pct(level, config))
-    return worst
+        regrets[level] = truth.regret_pct(level, config)
+    return regrets
 
 
 def available_strategies() -> list[str]:
@@ -396,7 +417,7 @@ def run_bench(
     landscape: Path | str,
     strategies: Iterable[str],
     seeds: int,
-    tolerance: float = DEFAULT_TOLERANCE_PCT,
+    tolerance: Tolerance = DEFAULT_TOLERANCE_PCT,
     jobs: int | None = None,
 ) -> list[dict[str, Any]]:
     """:func:`run_strategy` for every strategy and seed 0..seeds-1, in that order.
@@ -414,7 +435,7 @@ def run_bench(
         return list(pool.map(_run_task, tasks))
 
 
-def _run_task(task: tuple[str, str, int, float]) -> dict[str, Any]:
+def _run_task(task: tuple[str, str, int, Tolerance]) -> dict[str, Any]:
     return run_strategy(*task)
 
 

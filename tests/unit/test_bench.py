@@ -22,6 +22,7 @@ from autotune.bench.search import (
     study_from_landscape,
     summarize,
     time_to_target,
+    tolerance_at,
 )
 from autotune.cli.bench import bench
 from autotune.engine.readers.landscape import read_landscape
@@ -106,6 +107,26 @@ def test_time_to_target_must_hold_to_the_end():
     assert time_to_target([10, 20, 30], [50, 0.5, 0.9], 1.0) == 20
     assert time_to_target([10, 20], [0.5, 3.0], 1.0) is None
     assert time_to_target([], [], 1.0) is None
+
+
+def test_a_per_concurrency_tolerance_holds_each_level_to_its_own_target(tmp_path: Path):
+    land = write(tmp_path / "l.csv")
+    assert tolerance_at(2.0, 64) == 2.0
+    assert tolerance_at({1: 5.0, 4: 1.0}, 4) == 1.0
+    with pytest.raises(ValueError, match="no target for concurrency 4"):
+        tolerance_at({1: 5.0}, 4)
+    cost = {
+        str(tol): run_strategy(land, "grid", seed=0, tolerance=tol)["engine_seconds_to_target"]
+        for tol in (0.5, 30.0, {1: 0.5, 4: 0.5}, {1: 0.5, 4: 30.0}, {1: 30.0, 4: 0.5})
+    }
+    # one tolerance named per level is that tolerance
+    assert cost[str({1: 0.5, 4: 0.5})] == cost["0.5"]
+    # a looser target at one level is reached no later than the tight one, no sooner than the
+    # loose one everywhere, and the loose target is reached sooner than the tight one
+    assert cost["30.0"] is not None and cost["0.5"] is not None and cost["30.0"] < cost["0.5"]
+    for mixed in ({1: 0.5, 4: 30.0}, {1: 30.0, 4: 0.5}):
+        assert cost["30.0"] <= cost[str(mixed)] <= cost["0.5"]  # type: ignore[operator]
+    assert cost[str({1: 0.5, 4: 30.0})] != cost[str({1: 30.0, 4: 0.5})]
 
 
 def test_cli_json_lines(tmp_path: Path):

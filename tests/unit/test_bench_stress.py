@@ -120,6 +120,23 @@ def test_tolerance_is_the_choosing_rules_tie_band_at_the_noise():
         STRESS.tolerance_pct(1.0, 3, "tie")
 
 
+def test_per_level_holds_low_c_noise_to_each_levels_own_band():
+    spec, noise = STRESS.family_landscape("low-c-noise", 0)
+    # 10 repeats: sqrt(2) * t(0.975, 9) / sqrt(10) = 1.01 sigma, whole percent up, at least 1 %
+    assert STRESS.level_tolerances(spec, noise) == 21.0  # the noisiest level's (c=2, 20 %)
+    assert STRESS.level_tolerances(spec, noise, per_level=True) == {
+        1: 11.0,
+        2: 21.0,
+        4: 8.0,
+        8: 1.0,
+        32: 1.0,
+    }
+    plain, plain_noise = STRESS.random_landscape(0)  # one sigma at every level
+    assert STRESS.level_tolerances(plain, plain_noise, per_level=True) == STRESS.tolerance_pct(
+        plain_noise, plain.repeats
+    )
+
+
 @pytest.mark.slow  # two full grid replays: `make test` runs it
 def test_the_grid_misses_stress_35_at_the_band_and_meets_it_at_tie_plus_band(tmp_path: Path):
     """The full grid (every config measured) answers (w1, c=16) of stress-35 with N=5, which the
